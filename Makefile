@@ -1,0 +1,35 @@
+# ration: `make run` starts both services, `make test` runs the whole suite.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test proto lint bench venv clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	exec $(BIN)/ration up
+
+proto: $(STAMP)
+	$(BIN)/python -m servicekit.protogen gen/python
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy servicekit budget_service memory_service ration_client
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info

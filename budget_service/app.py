@@ -1,0 +1,35 @@
+"""Composition root of the budget service: builds its parts explicitly from settings."""
+
+from __future__ import annotations
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from budget_service.capabilities import BudgetCapabilities
+from budget_service.servicer import BudgetServicer
+from budget_service.settings import BudgetSettings
+from ration.budget.v1 import budget_service_pb2_grpc
+from servicekit.db import Database
+from servicekit.migrations import MigrationSet
+from servicekit.server import AppFactory, ServiceApp
+
+SERVICE_NAME = "ration.budget.v1.BudgetService"
+MIGRATIONS = MigrationSet("budget", "budget_service.migrations")
+
+
+def factory(settings: BudgetSettings) -> AppFactory:
+    def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
+        servicer = BudgetServicer(BudgetCapabilities.from_settings(settings))
+
+        def register(server: grpc.aio.Server) -> None:
+            budget_service_pb2_grpc.add_BudgetServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+
+        return ServiceApp(
+            name="budget",
+            service_name=SERVICE_NAME,
+            error_domain="ration.budget.v1",
+            migrations=[MIGRATIONS],
+            register=register,
+        )
+
+    return build

@@ -1,0 +1,63 @@
+"""Budget service configuration: host enforcement mode, ceilings and hold lifetimes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+
+from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
+
+NANOS_PER_USD = 1_000_000_000
+
+
+def usd_to_nanos(name: str, text: str) -> int:
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise SettingsError(f"{name}={text!r} is invalid: expected a USD amount") from None
+    nanos = value * NANOS_PER_USD
+    if value < 0 or nanos != nanos.to_integral_value() or nanos >= 2**63:
+        raise SettingsError(f"{name}={text!r} is invalid: a non-negative USD amount in nanos")
+    return int(nanos)
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    server: ServerSettings
+    database: DatabaseSettings
+    # "hard" stops runs; "advisory" emits every event but never refuses or fails a run.
+    enforce: str
+    # Host ceilings (OpenWOP limits.maxBudgetTokens / maxBudgetCostUsd); None = no ceiling.
+    max_budget_tokens: int | None
+    max_budget_cost_nanos: int | None
+    default_hold_ttl_seconds: int
+    max_hold_ttl_seconds: int
+    sweep_interval_seconds: float
+    idempotency_retention_hours: int
+
+    @classmethod
+    def from_env(cls, env: Env | None = None) -> BudgetSettings:
+        env = env or Env()
+        cost_text = env.optional_text("RATION_MAX_BUDGET_COST_USD")
+        default_ttl = env.integer("RATION_HOLD_TTL_SECONDS", 300, minimum=1)
+        max_ttl = env.integer("RATION_MAX_HOLD_TTL_SECONDS", 3600, minimum=1)
+        if default_ttl > max_ttl:
+            raise SettingsError(
+                f"RATION_HOLD_TTL_SECONDS={default_ttl} is invalid: must be <= "
+                f"RATION_MAX_HOLD_TTL_SECONDS ({max_ttl})"
+            )
+        return cls(
+            server=ServerSettings.from_env(env, "budget", 50051, 9464),
+            database=DatabaseSettings.from_env(env),
+            enforce=env.choice("RATION_ENFORCE", "hard", ("hard", "advisory")),
+            max_budget_tokens=env.optional_integer("RATION_MAX_BUDGET_TOKENS", minimum=1),
+            max_budget_cost_nanos=(
+                usd_to_nanos("RATION_MAX_BUDGET_COST_USD", cost_text) if cost_text else None
+            ),
+            default_hold_ttl_seconds=default_ttl,
+            max_hold_ttl_seconds=max_ttl,
+            sweep_interval_seconds=env.integer("RATION_SWEEP_INTERVAL_MS", 1000, minimum=10) / 1000,
+            idempotency_retention_hours=env.integer(
+                "RATION_IDEMPOTENCY_RETENTION_HOURS", 24, minimum=24
+            ),
+        )

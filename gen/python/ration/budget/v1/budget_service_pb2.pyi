@@ -1,0 +1,5 @@
+from ration.budget.v1 import budget_pb2 as _budget_pb2
+from google.protobuf import descriptor as _descriptor
+from typing import ClassVar as _ClassVar
+
+DESCRIPTOR: _descriptor.FileDescriptor

@@ -1,0 +1,1 @@
+"""ration_client."""

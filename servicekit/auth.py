@@ -1,0 +1,89 @@
+"""Bearer-token authentication: tokens (stored as SHA-256 digests) map to a tenant and roles."""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from servicekit.errors import DomainError, ErrorKind
+from servicekit.settings import SettingsError
+
+ROLES = ("reader", "writer", "admin")
+# Each role includes the ones before it: a writer may read, an admin may write.
+_RANK = {role: index for index, role in enumerate(ROLES)}
+DEV_TENANT = "dev"
+
+
+@dataclass(frozen=True)
+class Identity:
+    tenant: str
+    roles: frozenset[str]
+
+    def require(self, role: str) -> None:
+        if not any(_RANK[r] >= _RANK[role] for r in self.roles):
+            raise DomainError(
+                ErrorKind.FORBIDDEN,
+                "ROLE_REQUIRED",
+                f"this call needs the {role} role",
+                metadata={"role": role},
+            )
+
+
+identity_var: contextvars.ContextVar[Identity] = contextvars.ContextVar("identity")
+
+
+def current_identity() -> Identity:
+    """The authenticated caller of the RPC being served (set by the auth interceptor)."""
+    return identity_var.get()
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class TokenTable:
+    """Token digest → identity. In development mode (no table) every caller is the dev tenant."""
+
+    def __init__(self, identities: Mapping[str, Identity] | None) -> None:
+        self._identities = identities
+
+    @property
+    def dev_mode(self) -> bool:
+        return self._identities is None
+
+    @classmethod
+    def load(cls, path: Path | None) -> TokenTable:
+        """Reads `{"tokens": [{"sha256": hex, "tenant": str, "roles": [..]}]}`."""
+        if path is None:
+            return cls(None)
+        try:
+            document = json.loads(path.read_text())
+            identities = {}
+            for index, row in enumerate(document["tokens"]):
+                sha = str(row["sha256"]).lower()
+                roles = frozenset(row.get("roles", ["reader", "writer"]))
+                if len(sha) != 64 or not roles or not roles <= set(ROLES) or not row["tenant"]:
+                    raise ValueError(f"tokens[{index}]")
+                identities[sha] = Identity(str(row["tenant"]), roles)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SettingsError(
+                f"RATION_TOKEN_FILE={path} is invalid ({exc}): expected "
+                '{"tokens": [{"sha256": "<hex>", "tenant": "...", "roles": ["reader"]}]}'
+            ) from None
+        return cls(identities)
+
+    def authenticate(self, authorization: str | None) -> Identity:
+        if self._identities is None:
+            return Identity(DEV_TENANT, frozenset(ROLES))
+        if not authorization or not authorization.startswith("Bearer "):
+            raise DomainError(
+                ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "a bearer token is required"
+            )
+        identity = self._identities.get(digest(authorization[len("Bearer ") :].strip()))
+        if identity is None:
+            raise DomainError(ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "unknown token")
+        return identity

@@ -1,0 +1,144 @@
+"""The `ration` command: `up`, `budget serve`, `memory serve`, `migrate`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from servicekit import logs
+from servicekit.db import Database
+from servicekit.embedded import EmbeddedPostgres
+from servicekit.server import ServiceRunner
+from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
+
+RunnerSpec = tuple[str, Callable[[Database], ServiceRunner]]
+
+
+def _budget(
+    env: Env,
+) -> tuple[ServerSettings, DatabaseSettings, Callable[[Database], ServiceRunner]]:
+    from budget_service.app import factory
+    from budget_service.settings import BudgetSettings
+
+    settings = BudgetSettings.from_env(env)
+    return (
+        settings.server,
+        settings.database,
+        lambda db: ServiceRunner(factory(settings), settings.server, db),
+    )
+
+
+def _memory(
+    env: Env,
+) -> tuple[ServerSettings, DatabaseSettings, Callable[[Database], ServiceRunner]]:
+    from memory_service.app import factory
+    from memory_service.settings import MemorySettings
+
+    settings = MemorySettings.from_env(env)
+    return (
+        settings.server,
+        settings.database,
+        lambda db: ServiceRunner(factory(settings), settings.server, db),
+    )
+
+
+SERVICES = {"budget": _budget, "memory": _memory}
+
+
+@contextlib.contextmanager
+def database_url(settings: DatabaseSettings) -> Iterator[str]:
+    """The configured server, or an embedded one that stops when we leave the block."""
+    if settings.url:
+        yield settings.url
+        return
+    embedded = EmbeddedPostgres(settings.data_dir)
+    print(f"postgres: embedded, data in {embedded.data_dir}", flush=True)
+    try:
+        yield embedded.start()
+    finally:
+        embedded.stop()
+
+
+async def _serve(names: Sequence[str], env: Env) -> int:
+    built = [(name, *SERVICES[name](env)) for name in names]
+    db_settings = built[0][2]
+    with database_url(db_settings) as url:
+        runners = [make(Database(url, dbs)) for _, _, dbs, make in built]
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            for runner in runners:
+                await runner.start()
+            for (name, *_), runner in zip(built, runners, strict=True):
+                metrics = (
+                    f"http://{runner.settings.metrics_host}:{runner.metrics_port}/metrics"
+                    if runner.metrics_port
+                    else "off"
+                )
+                print(f"{name}_service: grpc {runner.address}  metrics {metrics}", flush=True)
+            ready = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
+            stopped = asyncio.ensure_future(stop.wait())
+            either: list[asyncio.Future[Any]] = [ready, stopped]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not stop.is_set():
+                print("ready: all services SERVING (Ctrl-C to stop)", flush=True)
+                await stopped
+            ready.cancel()
+        finally:
+            for runner in runners:
+                await runner.stop()
+        print("stopped", flush=True)
+    return 0
+
+
+async def _migrate(env: Env) -> int:
+    import asyncpg
+
+    from budget_service.app import MIGRATIONS as BUDGET
+    from memory_service.app import MIGRATIONS as MEMORY
+    from servicekit.migrations import migrate
+
+    settings = DatabaseSettings.from_env(env)
+    with database_url(settings) as url:
+        conn = await asyncpg.connect(url)
+        try:
+            applied = await migrate(conn, [BUDGET, MEMORY])
+        finally:
+            await conn.close()
+    print("\n".join(applied) if applied else "migrations: up to date", flush=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ration", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("up", help="both services on one database (embedded if none is set)")
+    for name in SERVICES:
+        sub = commands.add_parser(name, help=f"the {name} service")
+        sub.add_argument("action", choices=["serve"])
+    commands.add_parser("migrate", help="apply pending migrations of both schemas")
+    args = parser.parse_args(argv)
+
+    logs.configure(os.environ.get("RATION_LOG_LEVEL", "INFO"))
+    env = Env()
+    try:
+        if args.command == "up":
+            return asyncio.run(_serve(["budget", "memory"], env))
+        if args.command == "migrate":
+            return asyncio.run(_migrate(env))
+        return asyncio.run(_serve([args.command], env))
+    except SettingsError as exc:
+        print(f"ration: configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

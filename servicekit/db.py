@@ -1,0 +1,118 @@
+"""The asyncpg pool and the one way to run a transaction, failing closed as STORE_UNAVAILABLE."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import asyncpg
+
+from servicekit.errors import store_unavailable
+from servicekit.settings import DatabaseSettings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# Failures that mean "Postgres is not answering properly right now": the caller may retry.
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,
+    asyncio.TimeoutError,
+    asyncpg.exceptions.PostgresConnectionError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
+    asyncpg.exceptions.InterfaceError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.QueryCanceledError,
+    asyncpg.exceptions.TooManyConnectionsError,
+    asyncpg.exceptions.InsufficientResourcesError,
+)
+# Conflicts that a fresh attempt of the same transaction resolves.
+RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.exceptions.SerializationError,
+    asyncpg.exceptions.DeadlockDetectedError,
+)
+
+
+class Database:
+    """Owns the pool. Transactions acquire with a bounded wait so exhaustion fails fast."""
+
+    def __init__(self, url: str, settings: DatabaseSettings) -> None:
+        self.url = url
+        self.settings = settings
+        self._pool: asyncpg.Pool | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self._pool is not None
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise store_unavailable("the database is not connected yet; retry")
+        return self._pool
+
+    async def connect(self) -> None:
+        if self._pool is not None:
+            return
+        self._pool = await asyncpg.create_pool(
+            self.url,
+            min_size=self.settings.pool_min,
+            max_size=self.settings.pool_max,
+            timeout=10,
+            command_timeout=self.settings.statement_timeout_ms / 1000 + 1,
+            server_settings={
+                "statement_timeout": str(self.settings.statement_timeout_ms),
+                "application_name": "ration",
+                "timezone": "UTC",
+            },
+        )
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            try:
+                await asyncio.wait_for(pool.close(), timeout=5)
+            except UNAVAILABLE_ERRORS:
+                pool.terminate()
+
+    async def ping(self) -> bool:
+        """True when a connection answers `SELECT 1` within the acquire timeout."""
+        try:
+            async with self.pool.acquire(timeout=self.settings.acquire_timeout_seconds) as conn:
+                await conn.fetchval("SELECT 1", timeout=self.settings.acquire_timeout_seconds)
+            return True
+        except Exception:  # any failure of the probe means "not serving"
+            return False
+
+    async def transaction(
+        self, work: Callable[[asyncpg.Connection], Awaitable[T]], *, attempts: int = 3
+    ) -> T:
+        """Runs `work` in one transaction; retries serialization conflicts, maps outages."""
+        for attempt in range(1, attempts + 1):
+            try:
+                async with (
+                    self.pool.acquire(timeout=self.settings.acquire_timeout_seconds) as conn,
+                    conn.transaction(),
+                ):
+                    return await work(conn)
+            except RETRYABLE_ERRORS:
+                if attempt == attempts:
+                    raise store_unavailable(
+                        "the database kept reporting conflicts; retry"
+                    ) from None
+            except UNAVAILABLE_ERRORS as exc:
+                log.warning("store unavailable", extra={"error": type(exc).__name__})
+                raise store_unavailable() from exc
+        raise AssertionError("unreachable")
+
+    async def read(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Runs read-only `work` on one connection without an explicit transaction."""
+        try:
+            async with self.pool.acquire(timeout=self.settings.acquire_timeout_seconds) as conn:
+                return await work(conn)
+        except UNAVAILABLE_ERRORS as exc:
+            log.warning("store unavailable", extra={"error": type(exc).__name__})
+            raise store_unavailable() from exc

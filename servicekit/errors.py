@@ -1,0 +1,95 @@
+"""Domain errors shared by both services: a stable reason, a category, metadata and one detail.
+
+Domain code raises these; only the error interceptor turns them into gRPC status, so no domain
+module knows about transport codes (DESIGN.md section 11).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+class ErrorKind(enum.Enum):
+    """What went wrong, in domain terms; the interceptor maps each kind to one gRPC code."""
+
+    INVALID = "invalid"  # INVALID_ARGUMENT
+    UNAUTHENTICATED = "unauthenticated"  # UNAUTHENTICATED
+    FORBIDDEN = "forbidden"  # PERMISSION_DENIED
+    NOT_FOUND = "not_found"  # NOT_FOUND
+    EXISTS = "exists"  # ALREADY_EXISTS
+    EXHAUSTED = "exhausted"  # RESOURCE_EXHAUSTED
+    PRECONDITION = "precondition"  # FAILED_PRECONDITION
+    CONFLICT = "conflict"  # ABORTED
+    UNAVAILABLE = "unavailable"  # UNAVAILABLE
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad request field: a dotted path into the request and why it is wrong."""
+
+    field: str
+    description: str
+
+
+@dataclass(frozen=True)
+class BadRequestDetail:
+    violations: tuple[FieldViolation, ...]
+
+
+@dataclass(frozen=True)
+class QuotaDetail:
+    subject: str
+    description: str
+
+
+@dataclass(frozen=True)
+class PreconditionDetail:
+    type: str
+    subject: str
+    description: str
+
+
+@dataclass(frozen=True)
+class RetryDetail:
+    delay_seconds: float
+
+
+Detail = BadRequestDetail | QuotaDetail | PreconditionDetail | RetryDetail
+
+
+@dataclass
+class DomainError(Exception):
+    """A condition the API documents: `reason` is the stable `ErrorInfo.reason`."""
+
+    kind: ErrorKind
+    reason: str
+    message: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    detail: Detail | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(self.message)
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+def validation_error(violations: Sequence[FieldViolation]) -> DomainError:
+    """The one way to refuse bad input: INVALID_ARGUMENT, VALIDATION_FAILED, BadRequest."""
+    summary = "; ".join(f"{v.field}: {v.description}" for v in violations[:5])
+    return DomainError(
+        ErrorKind.INVALID,
+        "VALIDATION_FAILED",
+        f"invalid request: {summary}",
+        detail=BadRequestDetail(tuple(violations)),
+    )
+
+
+def not_found(reason: str, message: str) -> DomainError:
+    return DomainError(ErrorKind.NOT_FOUND, reason, message)
+
+
+def store_unavailable(message: str = "the database is unavailable; retry") -> DomainError:
+    return DomainError(ErrorKind.UNAVAILABLE, "STORE_UNAVAILABLE", message, detail=RetryDetail(0.2))

@@ -1,0 +1,98 @@
+"""Forward-only numbered SQL migrations per service schema, applied once under an advisory lock."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import asyncpg
+
+log = logging.getLogger(__name__)
+
+_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+# One lock for every migration of every service: replicas starting together queue behind it.
+_LOCK_KEY = 0x7261_7469_6F6E  # "ration"
+
+_LEDGER = """
+CREATE TABLE IF NOT EXISTS public.ration_migrations (
+    schema_name text NOT NULL,
+    version integer NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schema_name, version)
+)
+"""
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.sql.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class MigrationSet:
+    """The migrations of one schema, read from `NNNN_name.sql` files in a package."""
+
+    schema: str
+    package: str
+
+    def load(self) -> list[Migration]:
+        found = []
+        for item in resources.files(self.package).iterdir():
+            match = _NAME.match(item.name)
+            if match:
+                found.append(Migration(int(match[1]), match[2], item.read_text(encoding="utf-8")))
+        found.sort(key=lambda m: m.version)
+        versions = [m.version for m in found]
+        if versions != list(range(1, len(found) + 1)):
+            raise RuntimeError(f"{self.package}: migrations must be numbered 1..n, got {versions}")
+        return found
+
+
+class MigrationDrift(RuntimeError):
+    """An applied migration's file changed: migrations are forward-only and never edited."""
+
+
+async def migrate(conn: asyncpg.Connection, sets: list[MigrationSet]) -> list[str]:
+    """Applies pending migrations in one transaction per call; returns what it applied."""
+    applied_now: list[str] = []
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+        await conn.execute(_LEDGER)
+        rows = await conn.fetch(
+            "SELECT schema_name, version, checksum FROM public.ration_migrations"
+        )
+        applied = {(r["schema_name"], r["version"]): r["checksum"] for r in rows}
+        for mset in sets:
+            for migration in mset.load():
+                key = (mset.schema, migration.version)
+                if key in applied:
+                    if applied[key] != migration.checksum:
+                        raise MigrationDrift(
+                            f"{mset.schema} migration {migration.version:04d}_{migration.name} "
+                            "was edited after it was applied"
+                        )
+                    continue
+                await conn.execute(migration.sql)
+                await conn.execute(
+                    "INSERT INTO public.ration_migrations (schema_name, version, name, checksum)"
+                    " VALUES ($1, $2, $3, $4)",
+                    mset.schema,
+                    migration.version,
+                    migration.name,
+                    migration.checksum,
+                )
+                applied_now.append(f"{mset.schema}/{migration.version:04d}_{migration.name}")
+    for name in applied_now:
+        log.info("migration applied", extra={"migration": name})
+    return applied_now

@@ -1,0 +1,175 @@
+"""Server wiring written once: interceptors, health, reflection, readiness, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
+
+from servicekit.auth import TokenTable
+from servicekit.db import Database
+from servicekit.interceptors import (
+    AuthInterceptor,
+    ErrorInterceptor,
+    ErrorMapper,
+    MetricsInterceptor,
+)
+from servicekit.metrics import GrpcMetrics, MetricsEndpoint, pool_gauges
+from servicekit.migrations import MigrationSet, migrate
+from servicekit.settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+@dataclass
+class ServiceApp:
+    """What a service hands to servicekit: its gRPC registration and its background work."""
+
+    name: str
+    service_name: str
+    error_domain: str
+    migrations: Sequence[MigrationSet]
+    register: Callable[[grpc.aio.Server], None]
+    # Started once Postgres answers (sweepers, listeners); cancelled at shutdown.
+    background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
+    close: Callable[[], Awaitable[None]] | None = None
+
+
+AppFactory = Callable[[Database, CollectorRegistry], ServiceApp]
+
+
+class ServiceRunner:
+    """One gRPC server for one service: start, become SERVING when Postgres answers, stop."""
+
+    def __init__(self, factory: AppFactory, settings: ServerSettings, database: Database) -> None:
+        self.settings = settings
+        self.database = database
+        self.registry = CollectorRegistry()
+        self.app = factory(database, self.registry)
+        self.health = health.aio.HealthServicer()
+        self.port = 0
+        self.metrics_port = 0
+        self._metrics: MetricsEndpoint | None = None
+        self._server: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self.ready = asyncio.Event()
+
+    @property
+    def address(self) -> str:
+        host = self.settings.host
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        errors = ErrorMapper(self.app.error_domain)
+        tokens = TokenTable.load(self.settings.token_file)
+        server = grpc.aio.server(
+            interceptors=[
+                MetricsInterceptor(GrpcMetrics(self.registry)),
+                AuthInterceptor(tokens, errors),
+                ErrorInterceptor(errors),
+            ],
+            options=[
+                ("grpc.max_receive_message_length", self.settings.max_message_bytes),
+                ("grpc.max_send_message_length", self.settings.max_message_bytes),
+                ("grpc.max_concurrent_streams", self.settings.max_concurrent_streams),
+                ("grpc.so_reuseport", 1),
+            ],
+        )
+        self.app.register(server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        reflection.enable_server_reflection(
+            (self.app.service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        if self.port == 0:
+            raise OSError(f"cannot bind {self.settings.host}:{self.settings.port}")
+        await self._set_health(NOT_SERVING)
+        await server.start()
+        self._server = server
+        if self.settings.metrics_host is not None:
+            self._metrics = MetricsEndpoint(
+                self.registry, self.settings.metrics_host, self.settings.metrics_port
+            )
+            self.metrics_port = self._metrics.port
+        pool_gauges(self.registry, self.app.name, self._pool_stats)
+        self._tasks.append(asyncio.create_task(self._readiness(), name=f"{self.app.name}-ready"))
+        log.info(
+            "service listening",
+            extra={"service": self.app.name, "address": self.address, "metrics": self.metrics_port},
+        )
+
+    def _pool_stats(self) -> dict[str, int] | None:
+        if not self.database.ready:
+            return None
+        pool = self.database.pool
+        return {
+            "in_use": pool.get_size() - pool.get_idle_size(),
+            "idle": pool.get_idle_size(),
+            "max": pool.get_max_size(),
+        }
+
+    async def _set_health(self, status: int) -> None:
+        await self.health.set("", status)
+        await self.health.set(self.app.service_name, status)
+
+    async def _readiness(self) -> None:
+        """Connects and migrates with backoff, then follows Postgres with a periodic probe."""
+        delay = 0.1
+        while not self._stopping:
+            try:
+                await self.database.connect()
+                if self.database.settings.migrate_on_start:
+                    async with self.database.pool.acquire() as conn:
+                        await migrate(conn, list(self.app.migrations))
+                break
+            except Exception as exc:  # keep retrying whatever the cause; log it
+                log.warning("database not ready", extra={"error": repr(exc)[:300]})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        if self._stopping:
+            return
+        for work in self.app.background:
+            self._tasks.append(asyncio.create_task(work()))
+        await self._set_health(SERVING)
+        self.ready.set()
+        serving = True
+        while not self._stopping:
+            await asyncio.sleep(self.settings.health_probe_seconds)
+            ok = await self.database.ping()
+            if ok != serving and not self._stopping:
+                serving = ok
+                await self._set_health(SERVING if ok else NOT_SERVING)
+                log.warning("health changed", extra={"serving": ok, "service": self.app.name})
+
+    async def stop(self) -> None:
+        """NOT_SERVING first, then drain in-flight calls within the grace period."""
+        if self._stopping:
+            return
+        self._stopping = True
+        with contextlib.suppress(Exception):
+            await self._set_health(NOT_SERVING)
+        if self._server is not None:
+            await self._server.stop(self.settings.grace_seconds)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.app.close is not None:
+            await self.app.close()
+        await self.database.close()
+        if self._metrics is not None:
+            self._metrics.close()
+        log.info("service stopped", extra={"service": self.app.name})

@@ -1,0 +1,175 @@
+"""Settings from RATION_* environment variables: parsed once at start, validated, frozen."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A configuration problem; the message names the variable so an operator can fix it."""
+
+
+class Env:
+    """Typed reads of one environment mapping, each failing with the variable's name."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = os.environ if environ is None else environ
+
+    def raw(self, name: str) -> str | None:
+        value = self._environ.get(name)
+        return value if value not in (None, "") else None
+
+    def text(self, name: str, default: str) -> str:
+        return self.raw(name) or default
+
+    def optional_text(self, name: str) -> str | None:
+        return self.raw(name)
+
+    def integer(self, name: str, default: int, *, minimum: int | None = None) -> int:
+        value = self._parse(name, default, int, "an integer")
+        if minimum is not None and value < minimum:
+            raise SettingsError(f"{name}={value} is invalid: must be >= {minimum}")
+        return value
+
+    def optional_integer(self, name: str, *, minimum: int | None = None) -> int | None:
+        if self.raw(name) is None:
+            return None
+        return self.integer(name, 0, minimum=minimum)
+
+    def flag(self, name: str, default: bool) -> bool:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        lowered = raw.strip().lower()
+        if lowered in ("1", "true", "yes", "on"):
+            return True
+        if lowered in ("0", "false", "no", "off"):
+            return False
+        raise SettingsError(f"{name}={raw!r} is invalid: expected true or false")
+
+    def choice(self, name: str, default: str, choices: tuple[str, ...]) -> str:
+        value = self.text(name, default).strip().lower()
+        if value not in choices:
+            raise SettingsError(
+                f"{name}={value!r} is invalid: expected one of {', '.join(choices)}"
+            )
+        return value
+
+    def path(self, name: str) -> Path | None:
+        raw = self.raw(name)
+        return Path(raw) if raw else None
+
+    def _parse(self, name: str, default: T, parse: Callable[[str], T], what: str) -> T:
+        raw = self.raw(name)
+        if raw is None:
+            return default
+        try:
+            return parse(raw.strip())
+        except ValueError:
+            raise SettingsError(f"{name}={raw!r} is invalid: expected {what}") from None
+
+
+def parse_address(name: str, value: str) -> tuple[str, int]:
+    """`host:port` (IPv6 in brackets) → (host, port), or a SettingsError naming the variable."""
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or int(port_text) > 65535:
+        raise SettingsError(f"{name}={value!r} is invalid: expected host:port")
+    return host.strip("[]"), int(port_text)
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    """Where Postgres is; None means the embedded server under `data_dir`."""
+
+    url: str | None
+    data_dir: Path
+    pool_min: int
+    pool_max: int
+    statement_timeout_ms: int
+    acquire_timeout_seconds: float
+    migrate_on_start: bool
+
+    @classmethod
+    def from_env(cls, env: Env) -> DatabaseSettings:
+        pool_min = env.integer("RATION_DB_POOL_MIN", 1, minimum=0)
+        pool_max = env.integer("RATION_DB_POOL_MAX", 10, minimum=1)
+        if pool_min > pool_max:
+            raise SettingsError(
+                f"RATION_DB_POOL_MIN={pool_min} is invalid: must be <= RATION_DB_POOL_MAX"
+            )
+        return cls(
+            url=env.optional_text("RATION_DATABASE_URL") or env.optional_text("DATABASE_URL"),
+            data_dir=env.path("RATION_DATA_DIR") or Path("var/pgdata"),
+            pool_min=pool_min,
+            pool_max=pool_max,
+            statement_timeout_ms=env.integer("RATION_DB_STATEMENT_TIMEOUT_MS", 5000, minimum=1),
+            acquire_timeout_seconds=env.integer("RATION_DB_ACQUIRE_TIMEOUT_MS", 2000, minimum=1)
+            / 1000,
+            migrate_on_start=env.flag("RATION_MIGRATE_ON_START", True),
+        )
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How one service listens: gRPC address, metrics address, auth and transport limits."""
+
+    host: str
+    port: int
+    metrics_host: str | None
+    metrics_port: int
+    token_file: Path | None
+    max_message_bytes: int
+    max_concurrent_streams: int
+    grace_seconds: float
+    health_probe_seconds: float
+
+    @property
+    def dev_mode(self) -> bool:
+        """No token configuration: single-tenant development, loopback only."""
+        return self.token_file is None
+
+    @classmethod
+    def from_env(
+        cls, env: Env, service: str, default_port: int, default_metrics: int
+    ) -> ServerSettings:
+        prefix = f"RATION_{service.upper()}"
+        listen = env.text(f"{prefix}_LISTEN", f"127.0.0.1:{default_port}")
+        host, port = parse_address(f"{prefix}_LISTEN", listen)
+        metrics = env.text(f"{prefix}_METRICS_LISTEN", f"127.0.0.1:{default_metrics}")
+        metrics_host: str | None = None
+        metrics_port = 0
+        if metrics.lower() != "off":
+            metrics_host, metrics_port = parse_address(f"{prefix}_METRICS_LISTEN", metrics)
+        token_file = env.path("RATION_TOKEN_FILE")
+        if token_file is not None and not token_file.is_file():
+            raise SettingsError(f"RATION_TOKEN_FILE={token_file} is invalid: no such file")
+        settings = cls(
+            host=host,
+            port=port,
+            metrics_host=metrics_host,
+            metrics_port=metrics_port,
+            token_file=token_file,
+            max_message_bytes=env.integer(
+                "RATION_MAX_MESSAGE_BYTES", 4 * 1024 * 1024, minimum=1024
+            ),
+            max_concurrent_streams=env.integer("RATION_MAX_CONCURRENT_STREAMS", 1000, minimum=1),
+            grace_seconds=env.integer("RATION_SHUTDOWN_GRACE_MS", 5000, minimum=0) / 1000,
+            health_probe_seconds=env.integer("RATION_HEALTH_PROBE_MS", 1000, minimum=50) / 1000,
+        )
+        if settings.dev_mode and not is_loopback(host):
+            raise SettingsError(
+                f"{prefix}_LISTEN={listen!r} is refused: without RATION_TOKEN_FILE the server runs "
+                "in development mode and binds only loopback addresses; configure tokens to bind "
+                f"{host}"
+            )
+        return settings
