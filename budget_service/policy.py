@@ -1,0 +1,396 @@
+"""Budget policy: dimensions, validation, scope resolution, pool windows, model allow/deny."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Self
+
+from servicekit.errors import DomainError, ErrorKind, FieldViolation, PreconditionDetail
+
+
+class Dimension(enum.StrEnum):
+    """A budget dimension; the value is its OpenWOP JSON name, member order is the check order."""
+
+    TOKENS = "tokens"
+    COST = "cost"
+    TOOL_CALLS = "toolCalls"
+    RETRIES = "retries"
+
+    @property
+    def spec(self) -> DimensionSpec:
+        return _SPECS[self]
+
+    @property
+    def breach_kind(self) -> str:
+        return _SPECS[self].breach_kind
+
+    @property
+    def field_name(self) -> str:
+        """The amount field (estimate, usage, delta) as it appears in request field paths."""
+        return _SPECS[self].amount_field
+
+
+@dataclass(frozen=True)
+class DimensionSpec:
+    breach_kind: str
+    amount_field: str
+    limit_field: str
+    # Lower bounds follow the RFC schema: a zero token or tool-call budget is meaningless, while
+    # a zero cost or retry budget is a real policy ("free models only", "never retry").
+    min_limit: int
+    # Upper bounds keep sums of a few amounts inside a Postgres bigint: cost is capped at one
+    # billion USD, so even limit + consumed + held + estimate cannot overflow int64.
+    max_amount: int
+
+
+_SPECS = {
+    Dimension.TOKENS: DimensionSpec("budget-tokens", "tokens", "max_tokens", 1, 10**15),
+    Dimension.COST: DimensionSpec("budget-cost", "cost_nanos", "max_cost_nanos", 0, 10**18),
+    Dimension.TOOL_CALLS: DimensionSpec(
+        "budget-tool-calls", "tool_calls", "max_tool_calls", 1, 10**15
+    ),
+    Dimension.RETRIES: DimensionSpec("budget-retries", "retries", "max_retries", 0, 10**15),
+}
+DEFAULT_THRESHOLD_PERCENT = 80
+MAX_GLOBS = 64
+MAX_GLOB_LENGTH = 200
+MAX_IDENTIFIER_LENGTH = 200
+_GLOB_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/@+-*")
+
+
+class OnExhaustion(enum.StrEnum):
+    FAIL = "fail"
+    INTERRUPT = "interrupt"
+
+
+class Enforcement(enum.StrEnum):
+    """Hard refuses and stops runs; advisory (shadow roll-out) only emits events and counts."""
+
+    HARD = "hard"
+    ADVISORY = "advisory"
+
+
+class Scope(enum.StrEnum):
+    """Where a budget is declared; member order is narrowest first (the tie-break order)."""
+
+    RUN = "run"
+    WORKFLOW = "workflow"
+    AGENT = "agent"
+    PROJECT = "project"
+
+    @property
+    def rank(self) -> int:
+        return _SCOPE_ORDER.index(self)
+
+
+_SCOPE_ORDER: tuple[Scope, ...] = tuple(Scope)
+HOST = "host"  # the binding source when a host ceiling, not a declared scope, sets the limit
+
+
+class ScopeBudgetKind(enum.StrEnum):
+    PER_RUN = "per_run"  # a cap on each run of the scope (the RFC's meaning)
+    POOLED = "pooled"  # one balance shared by all runs of the scope
+
+
+class Window(enum.StrEnum):
+    NONE = "none"
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+
+
+@dataclass(frozen=True)
+class BudgetLimits:
+    """The four dimension limits; None means unbounded."""
+
+    max_tokens: int | None = None
+    max_cost_nanos: int | None = None
+    max_tool_calls: int | None = None
+    max_retries: int | None = None
+
+    def limit(self, dimension: Dimension) -> int | None:
+        return {
+            Dimension.TOKENS: self.max_tokens,
+            Dimension.COST: self.max_cost_nanos,
+            Dimension.TOOL_CALLS: self.max_tool_calls,
+            Dimension.RETRIES: self.max_retries,
+        }[dimension]
+
+    def with_limits(self, limits: Mapping[Dimension, int | None]) -> Self:
+        return replace(
+            self,
+            max_tokens=limits.get(Dimension.TOKENS, self.max_tokens),
+            max_cost_nanos=limits.get(Dimension.COST, self.max_cost_nanos),
+            max_tool_calls=limits.get(Dimension.TOOL_CALLS, self.max_tool_calls),
+            max_retries=limits.get(Dimension.RETRIES, self.max_retries),
+        )
+
+
+# The host's `limits.maxBudgetTokens` / `limits.maxBudgetCostUsd` (in nanos); only tokens and
+# cost are advertised, but a ceiling on any dimension would clamp the same way.
+HostCeilings = BudgetLimits
+
+
+@dataclass(frozen=True)
+class BudgetPolicy(BudgetLimits):
+    """RFC 0084 §A with cost in nanos (`maxCostUsd` becomes `max_cost_nanos`)."""
+
+    model_allow: tuple[str, ...] | None = None  # None: no allow list; (): allows nothing
+    model_deny: tuple[str, ...] = ()
+    threshold_percent: int | None = None  # None: DEFAULT_THRESHOLD_PERCENT
+    on_exhaustion: OnExhaustion = OnExhaustion.FAIL
+
+
+@dataclass(frozen=True)
+class ScopeBudget:
+    """An operator-declared budget for a workflow, agent or project (threshold/on_exhaustion
+    are ignored here: they always come from the run overlay)."""
+
+    scope: Scope
+    scope_id: str
+    kind: ScopeBudgetKind
+    policy: BudgetPolicy
+    window: Window = Window.NONE
+
+
+@dataclass(frozen=True)
+class ModelLists:
+    """One scope's model allow/deny lists, kept on the run so Reserve needs no scope lookups."""
+
+    scope: Scope
+    allow: tuple[str, ...] | None
+    deny: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ModelVerdict:
+    allowed: bool
+    scope: Scope | None = None  # the scope whose list refused the model
+
+
+@dataclass(frozen=True)
+class EffectiveBudget(BudgetLimits):
+    """What a run is judged under: resolved once at OpenRun, stored, raised only by ResumeRun."""
+
+    threshold_percent: int = DEFAULT_THRESHOLD_PERCENT
+    on_exhaustion: OnExhaustion = OnExhaustion.FAIL
+    # Per bounded dimension: "run", "workflow", "agent", "project" or HOST.
+    binding: Mapping[Dimension, str] = field(default_factory=dict, hash=False)
+    model_lists: tuple[ModelLists, ...] = ()
+
+    @property
+    def scope(self) -> Scope:
+        """The `budget.reserved` scope: the narrowest declared scope binding any dimension.
+
+        OpenWOP's enum has no "host", so a budget bound only by host ceilings reports "run".
+        """
+        bound = [Scope(s) for s in self.binding.values() if s != HOST]
+        return min(bound, key=lambda s: s.rank, default=Scope.RUN)
+
+
+def _path(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name
+
+
+def check_int(value: object, path: str, low: int, high: int) -> list[FieldViolation]:
+    """Violations for an integer that must lie in [low, high] (bools are not integers here)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return [FieldViolation(path, "must be an integer")]
+    if value < low:
+        return [FieldViolation(path, f"must be at least {low}")]
+    if value > high:
+        return [FieldViolation(path, f"must be at most {high}")]
+    return []
+
+
+def validate_identifier(value: str, path: str) -> list[FieldViolation]:
+    """Model ids and scope ids: non-empty, bounded, printable, no whitespace."""
+    if not value:
+        return [FieldViolation(path, "must not be empty")]
+    if len(value) > MAX_IDENTIFIER_LENGTH:
+        return [FieldViolation(path, f"must be at most {MAX_IDENTIFIER_LENGTH} characters")]
+    if not value.isprintable() or any(c.isspace() for c in value):
+        return [FieldViolation(path, "must be printable with no whitespace")]
+    return []
+
+
+def validate_model_id(model: str, path: str = "model") -> list[FieldViolation]:
+    return validate_identifier(model, path)
+
+
+def _glob_problem(glob: str) -> str | None:
+    if not glob:
+        return "must not be empty"
+    if len(glob) > MAX_GLOB_LENGTH:
+        return f"must be at most {MAX_GLOB_LENGTH} characters"
+    if any(c.isspace() or not c.isprintable() for c in glob):
+        return "must not contain whitespace or control characters"
+    if not set(glob) <= _GLOB_CHARS:
+        return "may only contain letters, digits and . _ : / @ + - *"
+    return None
+
+
+def validate_globs(globs: Sequence[str], path: str) -> list[FieldViolation]:
+    found: list[FieldViolation] = []
+    if len(globs) > MAX_GLOBS:
+        found.append(FieldViolation(path, f"must have at most {MAX_GLOBS} globs"))
+    seen: set[str] = set()
+    for i, glob in enumerate(globs):
+        problem = _glob_problem(glob)
+        if problem is None and glob in seen:
+            problem = "duplicate glob"
+        if problem is not None:
+            found.append(FieldViolation(f"{path}[{i}]", problem))
+        seen.add(glob)
+    return found
+
+
+def validate_policy(policy: BudgetPolicy, prefix: str = "policy") -> list[FieldViolation]:
+    """Everything wrong with a policy, each with a dotted field path; empty when valid."""
+    found: list[FieldViolation] = []
+    for dimension in Dimension:
+        value = policy.limit(dimension)
+        if value is not None:
+            spec = dimension.spec
+            path = _path(prefix, spec.limit_field)
+            found += check_int(value, path, spec.min_limit, spec.max_amount)
+    if policy.threshold_percent is not None:
+        found += check_int(policy.threshold_percent, _path(prefix, "threshold_percent"), 0, 100)
+    if policy.model_allow is not None:
+        found += validate_globs(policy.model_allow, _path(prefix, "model_allow"))
+    found += validate_globs(policy.model_deny, _path(prefix, "model_deny"))
+    if not isinstance(policy.on_exhaustion, OnExhaustion):
+        found.append(FieldViolation(_path(prefix, "on_exhaustion"), "must be FAIL or INTERRUPT"))
+    return found
+
+
+def validate_scope_budget(budget: ScopeBudget, prefix: str = "") -> list[FieldViolation]:
+    found: list[FieldViolation] = []
+    if budget.scope is Scope.RUN:
+        found.append(FieldViolation(_path(prefix, "scope"), "must be WORKFLOW, AGENT or PROJECT"))
+    found += validate_identifier(budget.scope_id, _path(prefix, "scope_id"))
+    if budget.kind is ScopeBudgetKind.PER_RUN and budget.window is not Window.NONE:
+        found.append(FieldViolation(_path(prefix, "window"), "only pooled budgets have a window"))
+    return found + validate_policy(budget.policy, _path(prefix, "policy"))
+
+
+def validate_amounts(amounts: Mapping[Dimension, int], prefix: str) -> list[FieldViolation]:
+    """Estimates, usage and resume deltas: each amount in [0, max_amount]."""
+    found: list[FieldViolation] = []
+    for dimension in Dimension:
+        if dimension in amounts:
+            path = _path(prefix, dimension.field_name)
+            found += check_int(amounts[dimension], path, 0, dimension.spec.max_amount)
+    return found
+
+
+def glob_matches(pattern: str, model: str) -> bool:
+    """Exact, case-sensitive match where `*` matches any run (even empty, even `/`).
+
+    Not fnmatch: it gives `[`, `]` and `?` meaning, which model ids must not have.
+    """
+    parts = pattern.split("*")
+    if len(parts) == 1:
+        return pattern == model
+    head, middle, tail = parts[0], parts[1:-1], parts[-1]
+    if len(model) < len(head) + len(tail) or not model.startswith(head):
+        return False
+    if not model.endswith(tail):
+        return False
+    # Leftmost matching of each middle piece is optimal for `*`-only globs: it leaves the
+    # longest remainder for the pieces after it.
+    position, end = len(head), len(model) - len(tail)
+    for piece in middle:
+        found = model.find(piece, position, end)
+        if found < 0:
+            return False
+        position = found + len(piece)
+    return True
+
+
+def model_verdict(model: str, lists: Sequence[ModelLists]) -> ModelVerdict:
+    """Deny wins across all scopes; then every declared allow list must match (narrowest first)."""
+    ordered = sorted(lists, key=lambda entry: entry.scope.rank)
+    for entry in ordered:
+        if any(glob_matches(glob, model) for glob in entry.deny):
+            return ModelVerdict(False, entry.scope)
+    for entry in ordered:
+        if entry.allow is not None and not any(glob_matches(g, model) for g in entry.allow):
+            return ModelVerdict(False, entry.scope)
+    return ModelVerdict(True)
+
+
+def resolve_effective_budget(
+    run_policy: BudgetPolicy,
+    scope_budgets: Sequence[ScopeBudget] = (),
+    ceilings: BudgetLimits | None = None,
+) -> EffectiveBudget:
+    """Per dimension the minimum over the run overlay and every per-run scope cap, then clamped
+    to the host ceiling; pooled budgets bind at Reserve time, but their model lists count here."""
+    ceilings = ceilings or BudgetLimits()
+    caps = [(Scope.RUN, run_policy)] + sorted(
+        ((b.scope, b.policy) for b in scope_budgets if b.kind is ScopeBudgetKind.PER_RUN),
+        key=lambda cap: cap[0].rank,
+    )
+    limits: dict[Dimension, int | None] = {}
+    binding: dict[Dimension, str] = {}
+    for dimension in Dimension:
+        best: int | None = None
+        for scope, policy in caps:
+            value = policy.limit(dimension)
+            # Strictly smaller only: on a tie the narrower scope (earlier in caps) keeps binding.
+            if value is not None and (best is None or value < best):
+                best, binding[dimension] = value, scope.value
+        ceiling = ceilings.limit(dimension)
+        if ceiling is not None and (best is None or ceiling < best):
+            best, binding[dimension] = ceiling, HOST
+        limits[dimension] = best
+    lists = [ModelLists(Scope.RUN, run_policy.model_allow, run_policy.model_deny)]
+    lists += [ModelLists(b.scope, b.policy.model_allow, b.policy.model_deny) for b in scope_budgets]
+    threshold = run_policy.threshold_percent
+    return EffectiveBudget(
+        threshold_percent=DEFAULT_THRESHOLD_PERCENT if threshold is None else threshold,
+        on_exhaustion=run_policy.on_exhaustion,
+        binding=binding,
+        model_lists=tuple(
+            sorted((e for e in lists if e.allow is not None or e.deny), key=_scope_rank)
+        ),
+    ).with_limits(limits)
+
+
+def _scope_rank(entry: ModelLists) -> int:
+    return entry.scope.rank
+
+
+WINDOW_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # the one key of a window-less pool
+
+
+def window_start(window: Window, now: datetime) -> datetime:
+    """The UTC start of the calendar window containing `now`; pools are keyed by it, so a new
+    window is simply a new balance row and nothing is ever reset."""
+    if now.tzinfo is None:
+        raise ValueError("window_start needs an aware datetime")
+    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if window is Window.NONE:
+        return WINDOW_EPOCH
+    if window is Window.DAY:
+        return midnight
+    if window is Window.WEEK:
+        return midnight - timedelta(days=midnight.weekday())  # ISO weeks start on Monday
+    return midnight.replace(day=1)
+
+
+def model_denied_error(model: str, scope: Scope) -> DomainError:
+    """BUDGET_MODEL_DENIED: refused before any spend."""
+    return DomainError(
+        ErrorKind.PRECONDITION,
+        "BUDGET_MODEL_DENIED",
+        f"model {model!r} is not allowed by the {scope.value} budget policy",
+        metadata={"model": model, "scope": scope.value},
+        detail=PreconditionDetail(
+            "BUDGET_MODEL_POLICY", f"model:{model}", f"denied by the {scope.value} model lists"
+        ),
+    )

@@ -1,0 +1,195 @@
+"""Test harness: a real Postgres (TEST_DATABASE_URL, a testcontainer, or embedded) and real servers.
+
+Each test session migrates one template database; each test that asks for `database_url` gets a
+fresh clone of it, dropped afterwards. API fixtures start the real servers on 127.0.0.1:0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import grpc
+import pytest
+
+from servicekit.db import Database
+from servicekit.embedded import EmbeddedPostgres
+from servicekit.migrations import migrate
+from servicekit.server import ServiceRunner
+from servicekit.settings import Env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL pointing at another database (works for host and socket URLs)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=5).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """A Postgres server to create test databases on."""
+    url = os.environ.get("TEST_DATABASE_URL")
+    if url:
+        yield url
+        return
+    if _docker_answers():
+        from testcontainers.postgres import PostgresContainer
+
+        with PostgresContainer("postgres:16-alpine", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    data_dir = Path(tempfile.mkdtemp(prefix="ration-test-pg-"))
+    embedded = EmbeddedPostgres(data_dir)
+    try:
+        yield embedded.start()
+    finally:
+        embedded.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+async def _admin(url: str, *statements: str) -> None:
+    conn = await asyncpg.connect(url)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def all_migrations() -> list:  # type: ignore[type-arg]
+    from budget_service.app import MIGRATIONS as BUDGET
+    from memory_service.app import MIGRATIONS as MEMORY
+
+    return [BUDGET, MEMORY]
+
+
+@pytest.fixture(scope="session")
+def template_database(pg_server_url: str) -> Iterator[str]:
+    """A migrated database that per-test databases are cloned from."""
+    name = f"ration_tpl_{uuid.uuid4().hex[:12]}"
+
+    async def build() -> None:
+        await _admin(pg_server_url, f'CREATE DATABASE "{name}"')
+        conn = await asyncpg.connect(with_database(pg_server_url, name))
+        try:
+            await migrate(conn, all_migrations())
+        finally:
+            await conn.close()
+
+    asyncio.run(build())
+    try:
+        yield name
+    finally:
+        asyncio.run(_admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def empty_database_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh database with nothing in it (for migration tests)."""
+    name = f"ration_t_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(pg_server_url, f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(pg_server_url, name)
+    finally:
+        asyncio.run(_admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def database_url(pg_server_url: str, template_database: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    name = f"ration_t_{uuid.uuid4().hex[:12]}"
+    asyncio.run(_admin(pg_server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"'))
+    try:
+        yield with_database(pg_server_url, name)
+    finally:
+        asyncio.run(_admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A direct connection to the test database, for asserting what was (not) written."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+def service_env(database_url: str, **overrides: str) -> Env:
+    values = {
+        "RATION_DATABASE_URL": database_url,
+        "RATION_BUDGET_LISTEN": "127.0.0.1:0",
+        "RATION_BUDGET_METRICS_LISTEN": "127.0.0.1:0",
+        "RATION_MEMORY_LISTEN": "127.0.0.1:0",
+        "RATION_MEMORY_METRICS_LISTEN": "127.0.0.1:0",
+        "RATION_DB_POOL_MIN": "1",
+        "RATION_HEALTH_PROBE_MS": "200",
+        "RATION_SHUTDOWN_GRACE_MS": "200",
+    }
+    values.update(overrides)
+    return Env(values)
+
+
+StartServer = Callable[..., Awaitable[ServiceRunner]]
+
+
+@pytest.fixture
+async def start_server(database_url: str) -> AsyncIterator[StartServer]:
+    """Starts a real service ('budget' or 'memory') on loopback; stopped after the test."""
+    runners: list[ServiceRunner] = []
+
+    async def start(kind: str, **overrides: str) -> ServiceRunner:
+        env = service_env(database_url, **overrides)
+        if kind == "budget":
+            from budget_service.app import factory
+            from budget_service.settings import BudgetSettings
+
+            bs = BudgetSettings.from_env(env)
+            runner = ServiceRunner(factory(bs), bs.server, Database(database_url, bs.database))
+        else:
+            from memory_service.app import factory as mfactory
+            from memory_service.settings import MemorySettings
+
+            ms = MemorySettings.from_env(env)
+            runner = ServiceRunner(mfactory(ms), ms.server, Database(database_url, ms.database))
+        await runner.start()
+        runners.append(runner)
+        await asyncio.wait_for(runner.ready.wait(), timeout=30)
+        return runner
+
+    yield start
+    for runner in runners:
+        await runner.stop()
+
+
+@pytest.fixture
+async def budget_channel(start_server: StartServer) -> AsyncIterator[grpc.aio.Channel]:
+    runner = await start_server("budget")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        yield channel
+
+
+@pytest.fixture
+async def memory_channel(start_server: StartServer) -> AsyncIterator[grpc.aio.Channel]:
+    runner = await start_server("memory")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        yield channel
