@@ -1,0 +1,64 @@
+"""Calls with a deadline, bearer token and retries on UNAVAILABLE only (same request, same id)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+import uuid
+from typing import Any
+
+import grpc
+
+from ration_client.errors import decode
+
+
+def new_request_id() -> str:
+    """A UUIDv7 (time-ordered, so stored ids cluster by time in the server's index)."""
+    millis = time.time_ns() // 1_000_000
+    value = (millis & ((1 << 48) - 1)) << 80 | secrets.randbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 4122 variant
+    return str(uuid.UUID(int=value))
+
+
+class Caller:
+    """Shared by both clients: one channel, one token, one retry policy."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        token: str | None,
+        timeout: float,
+        attempts: int = 4,
+        backoff: float = 0.05,
+        interceptors: list[Any] | None = None,
+    ) -> None:
+        self.channel = grpc.aio.insecure_channel(address, interceptors=interceptors)
+        token = token if token is not None else os.environ.get("RATION_TOKEN")
+        self.metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        self.timeout = timeout
+        self.attempts = attempts
+        self.backoff = backoff
+
+    async def unary(self, method: Any, request: Any, *, deadline: float | None = None) -> Any:
+        """Retries only UNAVAILABLE, re-sending the identical request (so the same request_id):
+        the server replays a stored response instead of applying the effect twice."""
+        for attempt in range(self.attempts):
+            try:
+                return await method(
+                    request, timeout=deadline or self.timeout, metadata=self.metadata
+                )
+            except grpc.aio.AioRpcError as error:
+                retry = error.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < self.attempts
+                if not retry:
+                    raise decode(error) from None
+                await asyncio.sleep(self.backoff * (2**attempt))
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        await self.channel.close()

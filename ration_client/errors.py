@@ -1,0 +1,215 @@
+"""Typed exceptions decoded from a failed call's google.rpc.ErrorInfo reason and metadata."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+
+
+class RationError(Exception):
+    """Any documented failure: `reason` is the stable ErrorInfo.reason callers branch on."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        reason: str,
+        message: str,
+        metadata: dict[str, str],
+        details: list[Any],
+    ) -> None:
+        super().__init__(f"{reason or code.name}: {message}")
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.metadata = metadata
+        self.details = details
+
+    @property
+    def retryable(self) -> bool:
+        return self.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED) or (
+            self.reason == "BUDGET_HELD"
+        )
+
+
+class _Limit(RationError):
+    """A limit that was hit: dimension, limit and observed value, as the server reported them."""
+
+    @property
+    def dimension(self) -> str:
+        return self.metadata.get("dimension", "")
+
+    @property
+    def limit(self) -> str:
+        return self.metadata.get("limit", "")
+
+    @property
+    def observed(self) -> str:
+        return self.metadata.get("observed", "")
+
+
+class BudgetExhausted(_Limit):
+    """The run (or a pool it draws on) has no budget left for this call; the run stopped."""
+
+
+class BudgetHeld(RationError):
+    """Open holds take the room this call needs; retry after `retry_after_seconds`."""
+
+    @property
+    def retry_after_seconds(self) -> float:
+        for detail in self.details:
+            if isinstance(detail, error_details_pb2.RetryInfo):
+                delay = detail.retry_delay
+                return float(delay.seconds + delay.nanos / 1e9)
+        return 1.0
+
+
+class ModelDenied(RationError):
+    @property
+    def model(self) -> str:
+        return self.metadata.get("model", "")
+
+    @property
+    def scope(self) -> str:
+        return self.metadata.get("scope", "")
+
+
+class RunInterrupted(RationError):
+    """The run waits for ResumeRun (an approval) after a breach."""
+
+
+class RunClosed(RationError):
+    pass
+
+
+class RunFailed(RationError):
+    pass
+
+
+class ReservationSettled(RationError):
+    @property
+    def state(self) -> str:
+        return self.metadata.get("state", "")
+
+
+class NotFound(RationError):
+    """RUN_NOT_FOUND, RESERVATION_NOT_FOUND, MEMORY_NOT_FOUND, ENTRY_NOT_FOUND, …"""
+
+
+class RunExists(RationError):
+    pass
+
+
+class InvalidRequest(RationError):
+    """VALIDATION_FAILED (with field violations) or REQUEST_ID_REUSED."""
+
+    @property
+    def violations(self) -> list[tuple[str, str]]:
+        found = []
+        for detail in self.details:
+            if isinstance(detail, error_details_pb2.BadRequest):
+                found += [(v.field, v.description) for v in detail.field_violations]
+        return found
+
+
+class Unauthenticated(RationError):
+    pass
+
+
+class PermissionDenied(RationError):
+    pass
+
+
+class CapacityExceeded(_Limit):
+    """The memory write would exceed its capacity budget; nothing was written."""
+
+
+class RevisionConflict(RationError):
+    @property
+    def expected(self) -> str:
+        return self.metadata.get("expected", "")
+
+    @property
+    def actual(self) -> str:
+        return self.metadata.get("actual", "")
+
+
+class CompactionDisabled(RationError):
+    pass
+
+
+class RelevanceUnavailable(RationError):
+    pass
+
+
+class HistoryWindowExceeded(RationError):
+    pass
+
+
+class Unavailable(RationError):
+    """The service or its database is unreachable (fails closed); safe to retry."""
+
+
+BY_REASON: dict[str, type[RationError]] = {
+    "BUDGET_EXHAUSTED": BudgetExhausted,
+    "BUDGET_HELD": BudgetHeld,
+    "BUDGET_MODEL_DENIED": ModelDenied,
+    "RUN_INTERRUPTED": RunInterrupted,
+    "RUN_CLOSED": RunClosed,
+    "RUN_FAILED": RunFailed,
+    "RESERVATION_SETTLED": ReservationSettled,
+    "RUN_NOT_FOUND": NotFound,
+    "RESERVATION_NOT_FOUND": NotFound,
+    "SCOPE_BUDGET_NOT_FOUND": NotFound,
+    "MEMORY_NOT_FOUND": NotFound,
+    "ENTRY_NOT_FOUND": NotFound,
+    "REVISION_NOT_FOUND": NotFound,
+    "RUN_EXISTS": RunExists,
+    "VALIDATION_FAILED": InvalidRequest,
+    "REQUEST_ID_REUSED": InvalidRequest,
+    "UNAUTHENTICATED": Unauthenticated,
+    "ROLE_REQUIRED": PermissionDenied,
+    "MEMORY_CAPACITY_EXCEEDED": CapacityExceeded,
+    "REVISION_CONFLICT": RevisionConflict,
+    "COMPACTION_DISABLED": CompactionDisabled,
+    "RELEVANCE_UNAVAILABLE": RelevanceUnavailable,
+    "HISTORY_WINDOW_EXCEEDED": HistoryWindowExceeded,
+    "STORE_UNAVAILABLE": Unavailable,
+}
+
+_DETAIL_KINDS = (
+    error_details_pb2.BadRequest,
+    error_details_pb2.QuotaFailure,
+    error_details_pb2.PreconditionFailure,
+    error_details_pb2.RetryInfo,
+)
+
+
+def decode(error: grpc.aio.AioRpcError) -> RationError:
+    """Maps a failed call to the exception class of its reason (or of its code)."""
+    reason, metadata, details = "", {}, []
+    for key, value in error.trailing_metadata() or ():
+        if key != "grpc-status-details-bin":
+            continue
+        status = status_pb2.Status.FromString(value)
+        for packed in status.details:
+            info = error_details_pb2.ErrorInfo()
+            if packed.Unpack(info):
+                reason, metadata = info.reason, dict(info.metadata)
+                continue
+            for kind in _DETAIL_KINDS:
+                message = kind()
+                if packed.Unpack(message):
+                    details.append(message)
+    code = error.code()
+    cls = BY_REASON.get(reason)
+    if cls is None:
+        cls = {
+            grpc.StatusCode.UNAVAILABLE: Unavailable,
+            grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+            grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
+            grpc.StatusCode.NOT_FOUND: NotFound,
+            grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
+        }.get(code, RationError)
+    return cls(code, reason, error.details() or "", metadata, details)
