@@ -117,6 +117,14 @@ async def _migrate(env: Env) -> int:
     return 0
 
 
+def _supervise(service: str, workers: int, env: Env) -> int:
+    from servicekit.workers import supervise
+
+    server, database, _ = SERVICES[service](env)
+    with database_url(database) as url:
+        return supervise(service, workers, url, f"{server.host}:{server.port}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ration", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -134,6 +142,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_serve(["budget", "memory"], env))
         if args.command == "migrate":
             return asyncio.run(_migrate(env))
+        workers = env.integer("RATION_WORKERS", 1, minimum=1)
+        if workers > 1:
+            return _supervise(args.command, workers, env)
         return asyncio.run(_serve([args.command], env))
     except SettingsError as exc:
         print(f"ration: configuration error: {exc}", file=sys.stderr)
