@@ -1,1 +1,55 @@
-"""ration_client."""
+"""Async Python client for ration: budgets around model calls, budgeted memory reads."""
+
+from ration_client.budget import Amounts, BudgetClient, BudgetPolicy, Hold, ModelPatterns, usd
+from ration_client.errors import (
+    BudgetExhausted,
+    BudgetHeld,
+    CapacityExceeded,
+    CompactionDisabled,
+    HistoryWindowExceeded,
+    InvalidRequest,
+    ModelDenied,
+    NotFound,
+    PermissionDenied,
+    RationError,
+    RelevanceUnavailable,
+    ReservationSettled,
+    RevisionConflict,
+    RunClosed,
+    RunExists,
+    RunFailed,
+    RunInterrupted,
+    Unauthenticated,
+    Unavailable,
+)
+from ration_client.memory import EntryInput, MemoryClient
+
+__all__ = [
+    "Amounts",
+    "BudgetClient",
+    "BudgetExhausted",
+    "BudgetHeld",
+    "BudgetPolicy",
+    "CapacityExceeded",
+    "CompactionDisabled",
+    "EntryInput",
+    "HistoryWindowExceeded",
+    "Hold",
+    "InvalidRequest",
+    "MemoryClient",
+    "ModelDenied",
+    "ModelPatterns",
+    "NotFound",
+    "PermissionDenied",
+    "RationError",
+    "RelevanceUnavailable",
+    "ReservationSettled",
+    "RevisionConflict",
+    "RunClosed",
+    "RunExists",
+    "RunFailed",
+    "RunInterrupted",
+    "Unauthenticated",
+    "Unavailable",
+    "usd",
+]
