@@ -286,6 +286,9 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         async def fail(context: grpc.aio.ServicerContext, exc: Exception) -> None:
             if isinstance(exc, DomainError):
                 await errors.abort(context, exc)
+            if isinstance(exc, NotImplementedError):
+                # The generated base servicer's answer for an RPC a service does not serve.
+                await context.abort(grpc.StatusCode.UNIMPLEMENTED, "method not implemented")
             log.error("unhandled exception", exc_info=exc, extra={"rpc": method})
             await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
 

@@ -42,6 +42,9 @@ def probe_app(database: Database, registry: CollectorRegistry) -> ServiceApp:
     async def crash(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         raise RuntimeError("secret internals: password=hunter2")
 
+    async def unimplemented(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        raise NotImplementedError("what generated base servicers raise")
+
     def handler(fn: Callable[..., object]) -> grpc.RpcMethodHandler:
         return grpc.unary_unary_rpc_method_handler(fn)
 
@@ -54,6 +57,7 @@ def probe_app(database: Database, registry: CollectorRegistry) -> ServiceApp:
                         "WhoAmI": handler(whoami),
                         "DomainError": handler(domain_error),
                         "Crash": handler(crash),
+                        "Unimplemented": handler(unimplemented),
                     },
                 ),
             )
@@ -217,3 +221,12 @@ async def test_auth_maps_token_to_tenant_and_refuses_missing_or_unknown(
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
     finally:
         await runner.stop()
+
+
+async def test_an_unserved_method_is_unimplemented_not_internal(
+    probe: tuple[ServiceRunner, grpc.aio.Channel],
+) -> None:
+    _, channel = probe
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call(channel, "Unimplemented")(b"")
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
