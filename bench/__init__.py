@@ -1,0 +1,1 @@
+"""Benchmark harness: `python -m bench` measures both services beside same-run ceilings."""

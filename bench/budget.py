@@ -1,0 +1,105 @@
+"""Budget scenarios: runs opened beforehand, Reserve+Consume pairs (spread or hot), Check."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import grpc
+
+from bench.caller import Caller, Op, unary
+from ration.budget.v1 import budget_pb2 as pb
+
+SERVICE = "/ration.budget.v1.BudgetService/"
+MODEL = "gpt-4o-mini"
+HOT_RUN = "bench-hot"
+# Large enough that nothing is ever refused during a bench run.
+POLICY = pb.BudgetPolicy(max_tokens=10**15, max_cost_nanos=10**18)
+ESTIMATE = pb.Amounts(tokens=1_000, cost_nanos=2_000_000)
+USAGE = pb.Amounts(tokens=800, cost_nanos=1_600_000)
+
+
+def run_id(index: int) -> str:
+    return f"bench-run-{index:05d}"
+
+
+async def open_runs(target: str, run_ids: Sequence[str], concurrency: int = 32) -> None:
+    """OpenRun for every id with large limits (idempotent per run id; errors propagate)."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        open_run = unary(channel, SERVICE + "OpenRun", pb.OpenRunResponse)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(rid: str) -> None:
+            request = pb.OpenRunRequest(
+                request_id=uuid.uuid4().hex,
+                run_id=rid,
+                project_id="bench-project",
+                workflow_id="bench-workflow",
+                agent_id="bench-agent",
+                policy=POLICY,
+            )
+            async with gate:
+                await open_run(request, timeout=30)
+
+        await asyncio.gather(*(one(rid) for rid in run_ids))
+
+
+def _runs(params: Mapping[str, Any], index: int) -> tuple[random.Random, int, bool]:
+    return random.Random(index), int(params.get("runs", 1_000)), bool(params.get("hot", False))
+
+
+def pair_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], index: int) -> Op:
+    """Reserve then Consume that hold: on a random run of `runs`, or on the hot run."""
+    channel = channels[index % len(channels)]
+    reserve = unary(channel, SERVICE + "Reserve", pb.ReserveResponse)
+    consume = unary(channel, SERVICE + "Consume", pb.ConsumeResponse)
+    rng, runs, hot = _runs(params, index)
+
+    async def op(caller: Caller) -> None:
+        rid = HOT_RUN if hot else run_id(rng.randrange(runs))
+        held = await caller.rpc(
+            "Reserve",
+            reserve(
+                pb.ReserveRequest(
+                    request_id=uuid.uuid4().hex,
+                    run_id=rid,
+                    model=MODEL,
+                    estimate=ESTIMATE,
+                    ttl_seconds=60,
+                    mode=pb.RESERVE_MODE_ALL_OR_NOTHING,
+                ),
+                timeout=caller.timeout,
+            ),
+        )
+        await caller.rpc(
+            "Consume",
+            consume(
+                pb.ConsumeRequest(
+                    request_id=uuid.uuid4().hex,
+                    run_id=rid,
+                    reservation_id=held.reservation.reservation_id,
+                    model=MODEL,
+                    usage=USAGE,
+                ),
+                timeout=caller.timeout,
+            ),
+        )
+
+    return op
+
+
+def check_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], index: int) -> Op:
+    """Check an estimate and model on a random run of `runs` (no side effects)."""
+    check = unary(channels[index % len(channels)], SERVICE + "Check", pb.CheckResponse)
+    rng, runs, _ = _runs(params, index)
+
+    async def op(caller: Caller) -> None:
+        request = pb.CheckRequest(
+            run_id=run_id(rng.randrange(runs)), estimate=ESTIMATE, model=MODEL
+        )
+        await caller.rpc("Check", check(request, timeout=caller.timeout))
+
+    return op

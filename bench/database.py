@@ -1,0 +1,97 @@
+"""The Postgres server for a bench run, and a fresh database on it that is dropped at the end."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+
+LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where the bench database lives; `bin_dir` holds a matching pgbench when known."""
+
+    url: str
+    source: str
+    bin_dir: Path | None = None
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server URL pointing at another database (host and socket URLs alike)."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
+
+
+async def _answers(url: str) -> bool:
+    try:
+        conn = await asyncpg.connect(url, timeout=3)
+    except (TimeoutError, OSError, asyncpg.PostgresError):
+        return False
+    await conn.close()
+    return True
+
+
+async def admin(url: str, *statements: str) -> list[str]:
+    """Runs statements outside a transaction; returns the first column of the last one."""
+    conn = await asyncpg.connect(url)
+    try:
+        rows: list[str] = []
+        for statement in statements:
+            rows = [str(r[0]) for r in await conn.fetch(statement)]
+        return rows
+    finally:
+        await conn.close()
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[Server]:
+    """BENCH_DATABASE_URL, else the local server on 5432 if it answers, else embedded pgserver."""
+    url = os.environ.get("BENCH_DATABASE_URL")
+    if url:
+        yield Server(url, "BENCH_DATABASE_URL")
+        return
+    if asyncio.run(_answers(LOCAL_URL)):
+        yield Server(LOCAL_URL, "local server 127.0.0.1:5432")
+        return
+    from servicekit.embedded import EmbeddedPostgres
+
+    data_dir = Path(tempfile.mkdtemp(prefix="ration-bench-pg-"))
+    embedded = EmbeddedPostgres(data_dir)
+    try:
+        import pgserver
+
+        bin_dir = Path(pgserver.__file__).parent / "pginstall" / "bin"
+        yield Server(embedded.start(), "embedded pgserver", bin_dir)
+    finally:
+        embedded.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def bench_database(server: Server) -> Iterator[str]:
+    """CREATE DATABASE ration_bench_<hex>; yields its URL; DROP DATABASE … WITH (FORCE) after."""
+    name = f"ration_bench_{secrets.token_hex(6)}"
+    asyncio.run(admin(server.url, f'CREATE DATABASE "{name}"'))
+    try:
+        yield with_database(server.url, name)
+    finally:
+        asyncio.run(admin(server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def server_version(url: str) -> str:
+    return asyncio.run(admin(url, "SELECT version()"))[0]
+
+
+def max_connections(url: str) -> int:
+    return int(asyncio.run(admin(url, "SHOW max_connections"))[0])

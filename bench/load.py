@@ -1,0 +1,250 @@
+"""Multi-process grpc.aio load generator: C callers over P spawned processes, bounded in time."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import math
+import multiprocessing as mp
+import queue
+import time
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.synchronize import Event
+from typing import Any
+
+import grpc
+
+from bench.caller import Caller, Op, Tally, describe, unavailable
+from bench.stats import Histogram, summary_ms
+
+Builder = Callable[[Sequence[grpc.aio.Channel], Mapping[str, Any], int], Op]
+
+# Scenario name -> "module:builder"; children import only the module they need.
+SCENARIOS = {
+    "echo": "bench.echo:echo_op",
+    "budget.pairs": "bench.budget:pair_op",
+    "budget.check": "bench.budget:check_op",
+    "memory.append": "bench.memory:append_op",
+    "memory.list": "bench.memory:list_op",
+}
+MAX_CONSECUTIVE_ERRORS = 200
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    """One measurement: which scenario, against what, how many callers, for how long."""
+
+    scenario: str
+    target: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    processes: int = 2
+    concurrency: int = 64
+    duration: float = 8.0
+    warmup: float = 1.0
+    channels_per_process: int = 8
+    max_ops: int | None = None
+    timeout: float = 30.0
+    rpcs_per_op: int = 1
+
+
+@dataclass
+class LoadResult:
+    """The merged measurement of all processes."""
+
+    spec: LoadSpec
+    tally: Tally
+    ops_per_s: float
+    rpcs_per_s: float
+
+    def figure(self) -> dict[str, Any]:
+        """The JSON form used by reports: rates, per-RPC and per-operation latency, errors."""
+        tally = self.tally
+        out: dict[str, Any] = {
+            "scenario": self.spec.scenario,
+            "processes": self.spec.processes,
+            "concurrency": self.spec.concurrency,
+            "duration_s": self.spec.duration,
+        }
+        if tally.unavailable is not None:
+            return {**out, "status": "not available", "reason": tally.unavailable}
+        if tally.failure is not None:
+            return {**out, "status": "failed", "reason": tally.failure}
+        if tally.rpcs.count == 0:
+            reason = "no successful RPC" + (f" (errors {tally.errors})" if tally.errors else "")
+            return {**out, "status": "failed", "reason": reason, "errors": tally.errors}
+        out.update(
+            status="ok",
+            rpcs=tally.rpcs.count,
+            ops=tally.ops.count,
+            rpc_per_s=round(self.rpcs_per_s, 1),
+            ops_per_s=round(self.ops_per_s, 1),
+            **summary_ms(tally.rpcs),
+            errors=tally.errors,
+            methods={
+                name: {"count": h.count, **summary_ms(h)} for name, h in tally.methods.items()
+            },
+        )
+        if self.spec.rpcs_per_op != 1 and tally.ops.count:
+            op = summary_ms(tally.ops)
+            out.update(op_p50_ms=op["p50_ms"], op_p99_ms=op["p99_ms"])
+        return out
+
+
+def resolve(scenario: str) -> Builder:
+    module, _, name = SCENARIOS[scenario].partition(":")
+    builder: Builder = getattr(importlib.import_module(module), name)
+    return builder
+
+
+def split(total: int, parts: int) -> list[int]:
+    """`total` spread over `parts` as evenly as possible (larger shares first)."""
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
+
+
+async def _caller_loop(op: Op, caller: Caller, quota: list[float], stop: asyncio.Event) -> None:
+    """Runs `op` back to back until the window ends, the quota is used or the figure stops."""
+    start_at, end_at = caller.window
+    tally = caller.tally
+    consecutive = 0
+    while not stop.is_set() and quota[0] > 0 and (now := time.monotonic()) < end_at:
+        caller.recording = now >= start_at
+        try:
+            await op(caller)
+        except grpc.aio.AioRpcError as error:
+            reason = unavailable(error)
+            if reason is not None:
+                tally.unavailable = reason
+                stop.set()
+                return
+            if caller.recording:
+                key = describe(error)
+                tally.errors[key] = tally.errors.get(key, 0) + 1
+            consecutive += 1
+            if consecutive >= MAX_CONSECUTIVE_ERRORS:
+                tally.failure = f"{consecutive} consecutive errors, last {describe(error)}"
+                stop.set()
+                return
+            continue
+        consecutive = 0
+        done = time.monotonic()
+        tally.completed(done, caller.window, rpcs=False)
+        if caller.recording:
+            tally.ops.record(done - now)
+            quota[0] -= 1
+
+
+async def _run_process(
+    spec: LoadSpec, index: int, callers: Sequence[int], ready: Any, go: Event, start: Any
+) -> Tally:
+    build = resolve(spec.scenario)
+    channels = [
+        grpc.aio.insecure_channel(
+            spec.target,
+            options=[("grpc.use_local_subchannel_pool", 1), ("bench.channel", n)],
+        )
+        for n in range(spec.channels_per_process)
+    ]
+    tally = Tally()
+    try:
+        await asyncio.gather(*(ch.channel_ready() for ch in channels))
+        ops = [build(channels, spec.params, i) for i in callers]
+        ready.put(("ready", index, None))
+        await asyncio.to_thread(go.wait)
+        await asyncio.sleep(max(0.0, start.value - time.monotonic()))  # every process together
+        start_at = start.value + spec.warmup
+        window = (start_at, start_at + spec.duration)
+        quota: list[float] = [
+            math.inf if spec.max_ops is None else split(spec.max_ops, spec.processes)[index]
+        ]
+        stop = asyncio.Event()
+        await asyncio.gather(
+            *(
+                _caller_loop(op, Caller(i, tally, spec.timeout, window), quota, stop)
+                for op, i in zip(ops, callers, strict=True)
+            )
+        )
+        tally.elapsed = max(tally.last_in_window - start_at, 0.0)
+    finally:
+        await asyncio.gather(*(ch.close() for ch in channels))
+    return tally
+
+
+def _child(
+    spec: LoadSpec, index: int, callers: Sequence[int], ready: Any, go: Event, start: Any
+) -> None:
+    try:
+        tally = asyncio.run(_run_process(spec, index, callers, ready, go, start))
+        ready.put(("done", index, tally))
+    except BaseException:  # report everything, including setup failures, to the parent
+        ready.put(("error", index, traceback.format_exc()))
+
+
+def _merge(spec: LoadSpec, tallies: Sequence[Tally]) -> LoadResult:
+    merged = Tally()
+    ops_rate = rpc_rate = 0.0
+    for tally in tallies:
+        merged.ops.merge(tally.ops)
+        merged.rpcs.merge(tally.rpcs)
+        for name, hist in tally.methods.items():
+            merged.methods.setdefault(name, Histogram()).merge(hist)
+        for key, n in tally.errors.items():
+            merged.errors[key] = merged.errors.get(key, 0) + n
+        merged.unavailable = merged.unavailable or tally.unavailable
+        merged.failure = merged.failure or tally.failure
+        if tally.elapsed > 0:
+            ops_rate += tally.window_ops / tally.elapsed
+            rpc_rate += tally.window_rpcs / tally.elapsed
+    return LoadResult(spec, merged, ops_rate, rpc_rate)
+
+
+def run_load(spec: LoadSpec) -> LoadResult:
+    """Spawns the processes, starts them together, waits for the window, merges their tallies."""
+    processes = max(1, min(spec.processes, spec.concurrency))
+    spec = LoadSpec(**{**spec.__dict__, "processes": processes})
+    ctx = mp.get_context("spawn")
+    ready: Any = ctx.Queue()
+    go = ctx.Event()
+    start: Any = ctx.Value("d", 0.0)
+    shares = split(spec.concurrency, processes)
+    offsets = [sum(shares[:i]) for i in range(processes)]
+    children = [
+        ctx.Process(
+            target=_child,
+            args=(spec, i, range(offsets[i], offsets[i] + shares[i]), ready, go, start),
+            daemon=True,
+        )
+        for i in range(processes)
+    ]
+    for child in children:
+        child.start()
+    tallies: list[Tally] = []
+    try:
+        _collect(ready, processes, "ready", 120.0, tallies)
+        start.value = time.monotonic() + 0.05
+        go.set()
+        _collect(ready, processes, "done", spec.warmup + spec.duration + 120.0, tallies)
+    finally:
+        for child in children:
+            child.join(timeout=10)
+            if child.is_alive():
+                child.kill()
+    return _merge(spec, tallies)
+
+
+def _collect(ready: Any, n: int, kind: str, timeout: float, tallies: list[Tally]) -> None:
+    deadline = time.monotonic() + timeout
+    seen = 0
+    while seen < n:
+        try:
+            what, index, payload = ready.get(timeout=max(0.1, deadline - time.monotonic()))
+        except queue.Empty:
+            raise TimeoutError(f"load processes: {seen}/{n} reported {kind!r}") from None
+        if what == "error":
+            raise RuntimeError(f"load process {index} failed:\n{payload}")
+        if what == kind:
+            seen += 1
+            if payload is not None:
+                tallies.append(payload)

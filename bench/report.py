@@ -1,0 +1,209 @@
+"""Writes a run's results: results/latest.json, RESULTS.md and latency_vs_size.png."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from bench import chart
+from bench.targets import evaluate
+
+CHART = "latency_vs_size.png"
+# Per figure kind: the ceilings it is shown beside, as (ceiling, metric, own metric, label).
+CEILINGS: dict[str, list[tuple[str, str, str, str]]] = {
+    "budget.pairs_spread": [
+        ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
+        ("pgbench.spread", "tps", "rpc_per_s", "pgbench spread tps"),
+    ],
+    "budget.pairs_hot": [
+        ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
+        ("pgbench.hot", "tps", "rpc_per_s", "pgbench hot tps"),
+    ],
+    "budget.check": [
+        ("echo", "p99_ms", "p99_ms", "echo p99"),
+        ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
+    ],
+    "memory.append": [
+        ("echo", "p50_ms", "p50_ms", "echo p50"),
+        ("pgbench.spread", "p50_ms", "p50_ms", "pgbench spread p50"),
+    ],
+    "memory.list_recency": [
+        ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
+        ("echo", "p99_ms", "p99_ms", "echo p99"),
+    ],
+    "memory.list_relevance": [
+        ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
+        ("echo", "p99_ms", "p99_ms", "echo p99"),
+    ],
+}
+NOTES = """\
+- Every RPC/s counts unary RPCs, each one round trip, at the same number of callers in flight as
+  the echo ceiling. A Reserve+Consume pair is **2 RPCs**: its RPC/s counts both, pairs/s is half
+  of it, p50/p99 are per RPC (per-pair latency is `op_p50_ms`/`op_p99_ms` in the JSON).
+- Check, ListMemory and echo run at the same concurrency, so their p99s compare directly.
+- Worker share: the RPCs each server worker handled during the figure (from each worker's
+  `/metrics`); the kernel spreads connections over SO_REUSEPORT workers by hash, not by load.
+- AppendEntries: one caller, sequential single-entry appends (about 250 per size), round robin
+  over `memories` memories of that size, each starting at `entries_from` and growing by at most
+  max(50, size/20) appends, so every sample is taken at or just below the size; the first memory
+  is then topped up to exactly that size for ListMemory.
+- ListMemory: token budget 800 in o200k_base; relevance ranks with a fixed query.
+- pgbench: single-row `UPDATE … SET n = n + 1` in autocommit (`-n -M prepared`), one hot row
+  or a random row of 10,000; it runs alone, before any service starts.
+"""
+
+
+def _num(value: Any, digits: int = 2) -> str:
+    if not isinstance(value, int | float):
+        return "—"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.{digits}f}"
+
+
+def _kind(name: str) -> str:
+    head, _, tail = name.rpartition(".")
+    return head if tail.isdigit() else name
+
+
+def _ceiling_cells(results: dict[str, Any], name: str, figure: dict[str, Any]) -> tuple[str, str]:
+    shown, ratios = [], []
+    for ceiling, metric, own, label in CEILINGS.get(_kind(name), []):
+        base = results["ceilings"].get(ceiling, {})
+        value = base.get(metric) if base.get("status") == "ok" else None
+        shown.append(f"{label} {_num(value)}")
+        mine = figure.get(own)
+        if isinstance(value, int | float) and value and isinstance(mine, int | float):
+            ratios.append(f"{mine / value:.2f}× {label}")
+    return "; ".join(shown) or "—", "; ".join(ratios) or "—"
+
+
+def _status(figure: dict[str, Any]) -> str:
+    reason = str(figure.get("reason", "")).replace("|", "/").replace("\n", " ")
+    return f"{figure.get('status')}: {reason[:160]}"
+
+
+def _errors(figure: dict[str, Any]) -> str:
+    errors = figure.get("errors") or {}
+    return ", ".join(f"{k} ×{v}" for k, v in errors.items()) or "0"
+
+
+def _machine(results: dict[str, Any]) -> list[str]:
+    m, cfg = results["machine"], results["config"]
+    return [
+        "## Machine",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| CPUs (nproc) | {m.get('nproc')} × {m.get('cpu_model')} |",
+        f"| memory | {m.get('memory_gib')} GiB |",
+        f"| kernel | {m.get('kernel')} |",
+        f"| Python / grpcio | {m.get('python')} / {m.get('grpcio')} |",
+        f"| Postgres | {m.get('postgres')} ({m.get('postgres_source')}) |",
+        f"| server workers | {m.get('server_workers')} per service and for echo (SO_REUSEPORT) |",
+        f"| load | {m.get('load_processes')} processes, {m.get('concurrency')} callers, "
+        f"{cfg['duration']} s per figure after {cfg['warmup']} s warm-up |",
+        f"| load average at start | {m.get('loadavg_at_start')} |",
+        "",
+    ]
+
+
+def _targets(results: dict[str, Any]) -> list[str]:
+    out = [
+        "## Targets",
+        "",
+        "| target | measured | ratio | bound | verdict |",
+        "|---|---|---|---|---|",
+    ]
+    for row in results["targets"]:
+        if row["status"] == "not available":
+            reason = str(row["reason"]).replace("|", "/")[:120]
+            out.append(f"| {row['target']} | — | — | {row['bound']} | not available: {reason} |")
+            continue
+        verdict = "**met**" if row["status"] == "met" else f"**not met** ({row['shortfall']})"
+        out.append(
+            f"| {row['target']} | {_num(row['value'])} ÷ {_num(row['against'])} | "
+            f"{row['ratio']:.2f} | {row['bound']} | {verdict} |"
+        )
+    return [*out, ""]
+
+
+def _ceilings(results: dict[str, Any]) -> list[str]:
+    out = [
+        "## Ceilings",
+        "",
+        "| ceiling | rate | p50 ms | p99 ms | notes |",
+        "|---|---|---|---|---|",
+    ]
+    for name, c in results["ceilings"].items():
+        if c.get("status") != "ok":
+            out.append(f"| {name} | {_status(c)} | | | |")
+            continue
+        rate = f"{_num(c['tps'])} tps" if "tps" in c else f"{_num(c['rpc_per_s'])} RPC/s"
+        note = (
+            f"-c {c['clients']} -j {c['threads']}, {c['rows']:,} row(s)"
+            if "tps" in c
+            else f"{c.get('server_workers')} workers, {c['concurrency']} callers"
+        )
+        out.append(f"| {name} | {rate} | {_num(c['p50_ms'])} | {_num(c['p99_ms'])} | {note} |")
+    return [*out, ""]
+
+
+def _figures(results: dict[str, Any]) -> list[str]:
+    out = [
+        "## Figures",
+        "",
+        "| figure | RPC/s | p50 ms | p99 ms | errors | worker share | ceiling | ÷ ceiling |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, f in results["figures"].items():
+        if f.get("status") != "ok":
+            out.append(f"| {name} | {_status(f)} | | | | | | |")
+            continue
+        rate = _num(f["rpc_per_s"])
+        share = "/".join(f"{x:.0%}" for x in f.get("worker_share", [])) or "—"
+        if "pairs_per_s" in f:
+            rate += f" ({_num(f['pairs_per_s'])} pairs/s)"
+        ceiling, ratio = _ceiling_cells(results, name, f)
+        out.append(
+            f"| {name} | {rate} | {_num(f['p50_ms'])} | {_num(f['p99_ms'])} | {_errors(f)} | "
+            f"{share} | {ceiling} | {ratio} |"
+        )
+    return [*out, "", NOTES]
+
+
+def markdown(results: dict[str, Any], chart_drawn: bool) -> str:
+    out = [
+        "# ration benchmark results",
+        "",
+        f"`python -m bench` ({results['config']['mode']}), {results['started_at']}, "
+        f"{results['elapsed_s']} s. Targets are ratios of figures measured side by side in this "
+        "one run (issue 8); absolute numbers on a shared 2-core machine are noise.",
+        "",
+        *_machine(results),
+        *_targets(results),
+        *_ceilings(results),
+        *_figures(results),
+    ]
+    if chart_drawn:
+        out += [f"![AppendEntries and ListMemory latency against memory size]({CHART})", ""]
+    if results.get("setup"):
+        out += ["## Setup", "", "```json", json.dumps(results["setup"], indent=2), "```", ""]
+    return "\n".join(out)
+
+
+def write(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Evaluates the targets and writes the three artefacts; returns their paths."""
+    results["targets"] = evaluate(results)
+    paths = {
+        "json": out_dir / "results" / "latest.json",
+        "markdown": out_dir / "RESULTS.md",
+        "chart": out_dir / CHART,
+    }
+    paths["json"].parent.mkdir(parents=True, exist_ok=True)
+    paths["json"].write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
+    title = f"ration {results['config']['mode']} bench, {results['started_at']}"
+    drawn = chart.draw(results["figures"], paths["chart"], title)
+    paths["markdown"].write_text(markdown(results, drawn))
+    if not drawn:
+        del paths["chart"]
+    return paths

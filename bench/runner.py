@@ -1,0 +1,226 @@
+"""One bench run: Postgres, ceilings (pgbench, echo), then each service started as users do."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import machine, pgbench
+from bench.budget_flow import BudgetFlow
+from bench.database import (
+    Server,
+    bench_database,
+    max_connections,
+    postgres_server,
+    server_version,
+)
+from bench.load import LoadSpec, run_load
+from bench.memory_flow import MemoryFlow
+from bench.servers import ServerProcess, start_echo, start_service
+
+# Names accepted by --only (a prefix selects a group, e.g. "budget" or "memory.list").
+FIGURES = (
+    "pgbench.hot",
+    "pgbench.spread",
+    "echo",
+    "budget.pairs_spread",
+    "budget.pairs_hot",
+    "budget.check",
+    "memory.append",
+    "memory.list_recency",
+    "memory.list_relevance",
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    duration: float = 8.0
+    warmup: float = 1.0
+    workers: int = 2
+    processes: int = 2
+    concurrency: int = 64
+    sizes: tuple[int, ...] = (200, 1_000, 5_000)
+    only: tuple[str, ...] = ()
+    batch: int = 100
+    runs: int = 1_000
+    append_samples: int = 250
+    mode: str = "full"
+    log: Callable[[str], None] = print
+
+    def selected(self, name: str) -> bool:
+        return not self.only or any(name.startswith(prefix) for prefix in self.only)
+
+    def spec(self, scenario: str, target: str, **kw: Any) -> LoadSpec:
+        base = LoadSpec(
+            scenario,
+            target,
+            processes=self.processes,
+            concurrency=self.concurrency,
+            duration=self.duration,
+            warmup=self.warmup,
+        )
+        return replace(base, **kw)
+
+    def append_plan(self, size: int) -> tuple[int, int]:
+        """(window, copies): each of `copies` memories starts at size - window and grows by at
+        most `window` appends (max(50, size/20), at most half the size); enough copies that
+        about `append_samples` appends are measured at every size."""
+        window = min(size // 2, max(50, size // 20))
+        return window, max(1, -(-self.append_samples // window))
+
+
+@dataclass
+class Results:
+    config: dict[str, Any]
+    machine: dict[str, Any] = field(default_factory=dict)
+    ceilings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    figures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    setup: dict[str, Any] = field(default_factory=dict)
+    started_at: str = ""
+    finished_at: str = ""
+    elapsed_s: float = 0.0
+
+
+def _line(name: str, figure: dict[str, Any]) -> str:
+    if figure.get("status") != "ok":
+        return f"{name:<30} {figure.get('status')}: {figure.get('reason', '')}"
+    if "tps" in figure:
+        rate = f"{figure['tps']:>9,.0f} tps  "
+    else:
+        rate = f"{figure['rpc_per_s']:>9,.0f} RPC/s"
+    return f"{name:<30} {rate}  p50 {figure['p50_ms']:8.2f} ms  p99 {figure['p99_ms']:8.2f} ms"
+
+
+class Runner:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.log_dir = Path(tempfile.mkdtemp(prefix="ration-bench-logs-"))
+        self.results = Results(config={k: v for k, v in config.__dict__.items() if k != "log"})
+
+    def record(self, section: dict[str, dict[str, Any]], name: str, figure: dict[str, Any]) -> None:
+        section[name] = figure
+        self.config.log(_line(name, figure))
+
+    def skip(self, names: list[str], status: str, reason: str) -> None:
+        """Records `status: reason` for each figure not measured yet."""
+        for name in names:
+            if name not in self.results.figures:
+                self.record(self.results.figures, name, {"status": status, "reason": reason})
+
+    def run(self) -> Results:
+        started = time.monotonic()
+        self.results.started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        try:
+            with postgres_server() as server, bench_database(server) as url:
+                self.results.machine = machine.describe(server_version(url), server.source)
+                self.results.machine.update(
+                    server_workers=self.config.workers,
+                    load_processes=self.config.processes,
+                    concurrency=self.config.concurrency,
+                )
+                pgb = [f"pgbench.{n}" for n in ("hot", "spread")]
+                pgb = [n for n in pgb if self.config.selected(n)]
+                self._guarded(self.results.ceilings, pgb, lambda: self._pgbench(server, url))
+                echo = ["echo"] if self.config.selected("echo") else []
+                self._guarded(self.results.ceilings, echo, self._echo)
+                self._guarded(self.results.figures, self._budget_names(), lambda: self._budget(url))
+                self._guarded(self.results.figures, self._memory_names(), lambda: self._memory(url))
+        finally:
+            self.results.elapsed_s = round(time.monotonic() - started, 1)
+            self.results.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+        failed = any(f.get("status") == "failed" for f in self._all())
+        if not failed:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
+        else:
+            self.results.setup["server_logs"] = str(self.log_dir)
+        return self.results
+
+    def _all(self) -> Iterator[dict[str, Any]]:
+        yield from self.results.ceilings.values()
+        yield from self.results.figures.values()
+
+    def _pgbench(self, server: Server, url: str) -> None:
+        names = [n for n in ("hot", "spread") if self.config.selected(f"pgbench.{n}")]
+        if not names:
+            return
+        binary = pgbench.pgbench_binary(server)
+        if binary is None:
+            missing = {"status": "not available", "reason": "no pgbench binary"}
+            for name in names:
+                self.record(self.results.ceilings, f"pgbench.{name}", missing)
+            return
+        asyncio.run(pgbench.prepare(url))
+        clients = max(1, min(self.config.concurrency, max_connections(url) - 10))
+        for name in names:
+            figure = pgbench.run(binary, url, name, clients, self.config.duration)
+            self.record(self.results.ceilings, f"pgbench.{name}", figure)
+
+    def _guarded(
+        self, section: dict[str, dict[str, Any]], names: list[str], work: Callable[[], None]
+    ) -> None:
+        """A group that cannot start (e.g. a server that never becomes ready) fails its figures
+        and the run goes on with the next group."""
+        try:
+            work()
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {str(exc)[-600:]}"
+            for name in names:
+                if name not in section:
+                    self.record(section, name, {"status": "failed", "reason": reason})
+
+    def _budget_names(self) -> list[str]:
+        return [n for n in FIGURES if n.startswith("budget.") and self.config.selected(n)]
+
+    def _memory_names(self) -> list[str]:
+        kinds = [n for n in FIGURES if n.startswith("memory.") and self.config.selected(n)]
+        return [f"{k}.{s}" for k in kinds for s in self.config.sizes]
+
+    def _echo(self) -> None:
+        if not self.config.selected("echo"):
+            return
+        with start_echo(self.config.workers, self.log_dir) as server:
+            server.wait_ready()
+            figure = self.load(self.config.spec("echo", server.address))
+            self.record(self.results.ceilings, "echo", {**figure, "server_workers": server.workers})
+
+    def load(self, spec: LoadSpec, server: ServerProcess | None = None) -> dict[str, Any]:
+        """Runs one measurement; with a service, also how its workers shared the RPCs."""
+        before = server.handled() if server else None
+        try:
+            figure = run_load(spec).figure()
+        except Exception as exc:  # a crashed load process fails this figure, not the run
+            reason = f"{type(exc).__name__}: {str(exc)[-500:]}"
+            return {"scenario": spec.scenario, "status": "failed", "reason": reason}
+        after = server.handled() if server else None
+        if before and after and sum(after) > sum(before):
+            done = [b - a for a, b in zip(before, after, strict=True)]
+            figure["worker_share"] = [round(d / sum(done), 3) for d in done]
+        return figure
+
+    def service(self, name: str, url: str) -> ServerProcess:
+        server = start_service(name, self.config.workers, url, self.log_dir, {})
+        try:
+            server.wait_ready()
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def _budget(self, url: str) -> None:
+        names = self._budget_names()
+        if names:
+            with self.service("budget", url) as server:
+                BudgetFlow(self, server, names).run()
+
+    def _memory(self, url: str) -> None:
+        kinds = [n for n in FIGURES if n.startswith("memory.") and self.config.selected(n)]
+        if kinds:
+            with self.service("memory", url) as server:
+                MemoryFlow(self, server, kinds).run()
