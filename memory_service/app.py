@@ -2,27 +2,105 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import grpc
 from prometheus_client import CollectorRegistry
 
 from memory_service.capabilities import MemoryCapabilities
+from memory_service.capacity import CapacityBudget
+from memory_service.compacting import MemoryCompaction
+from memory_service.compaction import CompactionPolicy
+from memory_service.metrics import MemoryMetrics
+from memory_service.queries import MemoryQueries
+from memory_service.service import MemoryWrites
 from memory_service.servicer import MemoryServicer
 from memory_service.settings import MemorySettings
+from memory_service.tokens import TokenCounter, TokenizerUnavailable
+from memory_service.validation import InputLimits
+from memory_service.write_path import REQUEST_LOG, WritePath, WritePolicy
 from ration.memory.v1 import memory_service_pb2_grpc
 from servicekit.db import Database
+from servicekit.errors import DomainError
+from servicekit.idempotency import forget_older_than
 from servicekit.migrations import MigrationSet
 from servicekit.server import AppFactory, ServiceApp
+from servicekit.settings import SettingsError
 
 SERVICE_NAME = "ration.memory.v1.MemoryService"
 MIGRATIONS = MigrationSet("memory", "memory_service.migrations")
+REQUEST_RETENTION_HOURS = 24
+REQUEST_SWEEP_SECONDS = 3600.0
+
+log = logging.getLogger(__name__)
+
+_VARIABLES = {
+    "max_active_entries": "RATION_MEMORY_MAX_ACTIVE_ENTRIES",
+    "max_manifest_entries": "RATION_MEMORY_MAX_MANIFEST_ENTRIES",
+    "max_manifest_bytes": "RATION_MEMORY_MAX_MANIFEST_BYTES",
+    "min_tombstone_revisions": "RATION_MEMORY_MIN_TOMBSTONE_REVISIONS",
+}
+
+
+def capacity_budget(settings: MemorySettings) -> CapacityBudget:
+    return CapacityBudget(
+        max_active_entries=settings.max_active_entries,
+        max_manifest_entries=settings.max_manifest_entries,
+        max_manifest_bytes=settings.max_manifest_bytes,
+    )
+
+
+def compaction_policy(settings: MemorySettings) -> CompactionPolicy:
+    return CompactionPolicy(
+        enabled=settings.compaction_enabled,
+        min_tombstone_revisions=settings.min_tombstone_revisions,
+    )
+
+
+def _checked(settings: MemorySettings) -> tuple[CapacityBudget, CompactionPolicy]:
+    """The budget and policy, or a SettingsError naming the variable (also for settings built
+    in code rather than from the environment, which skip from_env's checks)."""
+    budget, policy = capacity_budget(settings), compaction_policy(settings)
+    problems = budget.violations() + policy.violations()
+    if problems:
+        raise SettingsError(
+            "; ".join(f"{_VARIABLES[p.field]} is invalid: {p.description}" for p in problems)
+        )
+    return budget, policy
 
 
 def factory(settings: MemorySettings) -> AppFactory:
+    budget, policy = _checked(settings)
+    try:
+        # Loaded and hash-verified once per process; entry sizes are computed at write only.
+        counter = TokenCounter.load()
+    except TokenizerUnavailable as error:
+        raise SettingsError(f"the memory service cannot start: {error}") from None
+    limits = InputLimits(settings.max_entry_size_bytes, settings.max_batch_entries)
+
     def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
-        servicer = MemoryServicer(MemoryCapabilities.from_settings(settings))
+        path = WritePath(database, WritePolicy(budget, policy, limits), MemoryMetrics(registry))
+        servicer = MemoryServicer(
+            MemoryCapabilities.from_settings(settings),
+            MemoryWrites(path, counter),
+            MemoryCompaction(path),
+            MemoryQueries(database, budget, policy, settings.max_history_revisions),
+        )
 
         def register(server: grpc.aio.Server) -> None:
             memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+
+        async def sweep_request_log() -> None:
+            # Replays need stored responses for at least 24 hours; older ones are dropped.
+            while True:
+                await asyncio.sleep(REQUEST_SWEEP_SECONDS)
+                try:
+                    await database.transaction(
+                        lambda conn: forget_older_than(conn, REQUEST_LOG, REQUEST_RETENTION_HOURS)
+                    )
+                except DomainError as error:  # the store is down; try again next period
+                    log.warning("request log sweep failed", extra={"reason": error.reason})
 
         return ServiceApp(
             name="memory",
@@ -30,6 +108,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             error_domain="ration.memory.v1",
             migrations=[MIGRATIONS],
             register=register,
+            background=[sweep_request_log],
         )
 
     return build

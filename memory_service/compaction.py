@@ -66,8 +66,18 @@ def eligible(item: CompactionCandidate, head_revision: int, policy: CompactionPo
     """
     if item.state is not ItemState.INACTIVE or item.has_tags:
         return False
+    cutoff = age_cutoff(head_revision, policy)
+    return cutoff is None or item.last_state_change_revision <= cutoff
+
+
+def age_cutoff(head_revision: int, policy: CompactionPolicy) -> int | None:
+    """The latest last_state_change_revision old enough to compact at this head (None: any).
+
+    The one statement of the age rule, shared by `eligible` and the store's count of
+    compactable tombstones, which filters on it in SQL rather than loading every tombstone.
+    """
     n = policy.min_tombstone_revisions
-    return n == 0 or item.last_state_change_revision <= head_revision - n
+    return None if n == 0 else head_revision - n
 
 
 def select_for_compaction(

@@ -2,40 +2,136 @@
 
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import grpc
 
+from memory_service import convert, convert_out
 from memory_service.capabilities import MemoryCapabilities
-from ration.memory.v1 import memory_pb2, memory_service_pb2, memory_service_pb2_grpc
+from memory_service.compacting import MemoryCompaction
+from memory_service.queries import MemoryQueries
+from memory_service.service import MemoryWrites
+from ration.memory.v1 import memory_service_pb2 as pb
+from ration.memory.v1 import memory_service_pb2_grpc
+from servicekit.auth import current_identity
+
+Context: TypeAlias = grpc.aio.ServicerContext
 
 
 class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
-    def __init__(self, capabilities: MemoryCapabilities) -> None:
+    """Writes return the stored response bytes (also on a replay), decoded here for gRPC."""
+
+    def __init__(
+        self,
+        capabilities: MemoryCapabilities,
+        writes: MemoryWrites,
+        compaction: MemoryCompaction,
+        queries: MemoryQueries,
+    ) -> None:
         self._capabilities = capabilities
+        self._writes = writes
+        self._compaction = compaction
+        self._queries = queries
+
+    async def AppendEntries(
+        self, request: pb.AppendEntriesRequest, context: Context
+    ) -> pb.AppendEntriesResponse:
+        raw = await self._writes.append(
+            current_identity(),
+            convert.append_command(request),
+            convert.envelope("AppendEntries", request, convert_out.encode_append),
+        )
+        return pb.AppendEntriesResponse.FromString(raw)
+
+    async def ReviseEntry(
+        self, request: pb.ReviseEntryRequest, context: Context
+    ) -> pb.ReviseEntryResponse:
+        raw = await self._writes.revise(
+            current_identity(),
+            convert.revise_command(request),
+            convert.envelope("ReviseEntry", request, convert_out.encode_revise),
+        )
+        return pb.ReviseEntryResponse.FromString(raw)
+
+    async def ForgetEntries(
+        self, request: pb.ForgetEntriesRequest, context: Context
+    ) -> pb.ForgetEntriesResponse:
+        raw = await self._writes.change_states(
+            current_identity(),
+            convert.states_command(request),
+            convert.envelope("ForgetEntries", request, convert_out.encode_forget),
+            active=False,
+        )
+        return pb.ForgetEntriesResponse.FromString(raw)
+
+    async def ReactivateEntries(
+        self, request: pb.ReactivateEntriesRequest, context: Context
+    ) -> pb.ReactivateEntriesResponse:
+        raw = await self._writes.change_states(
+            current_identity(),
+            convert.states_command(request),
+            convert.envelope("ReactivateEntries", request, convert_out.encode_reactivate),
+            active=True,
+        )
+        return pb.ReactivateEntriesResponse.FromString(raw)
+
+    async def OrganizeMemory(
+        self, request: pb.OrganizeMemoryRequest, context: Context
+    ) -> pb.OrganizeMemoryResponse:
+        raw = await self._writes.organize(
+            current_identity(),
+            convert.organize_command(request),
+            convert.envelope("OrganizeMemory", request, convert_out.encode_organize),
+        )
+        return pb.OrganizeMemoryResponse.FromString(raw)
+
+    async def CompactMemory(
+        self, request: pb.CompactMemoryRequest, context: Context
+    ) -> pb.CompactMemoryResponse:
+        raw = await self._compaction.compact(
+            current_identity(),
+            convert.compact_command(request),
+            convert.envelope("CompactMemory", request, convert_out.encode_compact),
+        )
+        return pb.CompactMemoryResponse.FromString(raw)
+
+    async def GetCapacity(
+        self, request: pb.GetCapacityRequest, context: Context
+    ) -> pb.GetCapacityResponse:
+        report = await self._queries.capacity(current_identity(), convert.capacity_query(request))
+        return convert_out.capacity_response(report)
+
+    async def ListRevisions(
+        self, request: pb.ListRevisionsRequest, context: Context
+    ) -> pb.ListRevisionsResponse:
+        revisions = await self._queries.revisions(
+            current_identity(), convert.revisions_query(request)
+        )
+        return convert_out.revisions_response(revisions)
+
+    async def GetChanges(
+        self, request: pb.GetChangesRequest, context: Context
+    ) -> pb.GetChangesResponse:
+        page = await self._queries.changes(current_identity(), convert.changes_query(request))
+        return convert_out.changes_response(page)
+
+    async def GetEntryVersion(
+        self, request: pb.GetEntryVersionRequest, context: Context
+    ) -> pb.GetEntryVersionResponse:
+        version = await self._queries.entry_version(
+            current_identity(), convert.entry_version_query(request)
+        )
+        return convert_out.entry_version_response(version)
+
+    async def ValidateCitation(
+        self, request: pb.ValidateCitationRequest, context: Context
+    ) -> pb.ValidateCitationResponse:
+        state = await self._queries.validate_citation(
+            current_identity(), convert.citation_query(request)
+        )
+        return convert_out.citation_response(state)
 
     async def GetCapabilities(
-        self, request: memory_service_pb2.GetCapabilitiesRequest, context: grpc.aio.ServicerContext
-    ) -> memory_service_pb2.GetCapabilitiesResponse:
-        caps = self._capabilities
-        return memory_service_pb2.GetCapabilitiesResponse(
-            supported=True,
-            max_entry_size_bytes=caps.max_entry_size_bytes,
-            ttl_supported=True,
-            search=memory_service_pb2.SearchCapability(
-                supported=bool(caps.search_modes), modes=list(caps.search_modes)
-            ),
-            injection_budget=memory_service_pb2.InjectionBudgetCapability(
-                supported=caps.injection_budget,
-                token_counter=caps.token_counter if caps.injection_budget else "",
-            ),
-            capacity_budget=memory_pb2.CapacityBudget(
-                max_active_entries=caps.max_active_entries,
-                max_manifest_entries=caps.max_manifest_entries,
-                max_manifest_bytes=caps.max_manifest_bytes,
-            ),
-            compaction=memory_service_pb2.CompactionPolicy(
-                enabled=caps.compaction_enabled,
-                min_tombstone_revisions=caps.min_tombstone_revisions,
-            ),
-            max_history_revisions=caps.max_history_revisions,
-            capabilities_json=caps.to_json(),
-        )
+        self, request: pb.GetCapabilitiesRequest, context: Context
+    ) -> pb.GetCapabilitiesResponse:
+        return convert_out.capabilities_response(self._capabilities)

@@ -10,6 +10,7 @@ from memory_service.capacity import Usage
 from memory_service.compaction import (
     CompactionPolicy,
     TombstoneStatus,
+    age_cutoff,
     compaction_changes,
     compaction_disabled_error,
     eligible,
@@ -160,3 +161,9 @@ def test_plan_matches_materialised_content(
 def test_compaction_disabled_error() -> None:
     error = compaction_disabled_error()
     assert (error.kind, error.reason) == (ErrorKind.PRECONDITION, "COMPACTION_DISABLED")
+
+
+def test_age_cutoff_is_the_latest_old_enough_state_change() -> None:
+    assert age_cutoff(12, POLICY) == 2
+    assert age_cutoff(5, POLICY) == -5  # nothing can be old enough yet
+    assert age_cutoff(12, CompactionPolicy(min_tombstone_revisions=0)) is None

@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class MemoryServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Revisioned agent memory with a capacity contract; the file header states the error model,
+    tenancy, compare-and-swap, idempotency and capacity rules every RPC follows.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -107,12 +109,17 @@ class MemoryServiceStub:
 
 
 class MemoryServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Revisioned agent memory with a capacity contract; the file header states the error model,
+    tenancy, compare-and-swap, idempotency and capacity rules every RPC follows.
+    """
 
     def AppendEntries(self, request, context):
-        """Adds one or more entries in one revision (op add). Secrets are redacted first. Grows all three
-        capacity dimensions. Errors: MEMORY_CAPACITY_EXCEEDED, REVISION_CONFLICT, VALIDATION_FAILED
-        (empty or oversized content, past expires_at, duplicate or existing entry ids). Role: writer.
+        """Adds one or more entries in one revision (op add); the first append creates the memory.
+        Secrets are redacted first, then content is hashed and sized. Grows all three capacity
+        dimensions. Idempotent by request_id. Errors: MEMORY_CAPACITY_EXCEEDED (nothing written, not
+        even the memory), REVISION_CONFLICT, VALIDATION_FAILED (empty or oversized content, too many
+        entries, tags or metadata, past expires_at, bad secrets, malformed memory_ref, duplicate ids
+        or ids this memory already held). Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,25 +135,29 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ForgetEntries(self, request, context):
-        """Deactivates entries (op deactivate); already inactive ones are a no-op. Never refused for
-        capacity. Errors: ENTRY_NOT_FOUND, MEMORY_NOT_FOUND, REVISION_CONFLICT. Role: writer.
+        """Deactivates entries (op deactivate); already inactive ones are a no-op, and a call that
+        changes nothing creates no revision (the head answers). Never refused for capacity.
+        Errors: ENTRY_NOT_FOUND (any id not in the head manifest: nothing is written),
+        MEMORY_NOT_FOUND, REVISION_CONFLICT. Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReactivateEntries(self, request, context):
-        """Reactivates tombstones (op reactivate); grows active_entries only. A compacted entry is
-        ENTRY_NOT_FOUND. Errors also: MEMORY_CAPACITY_EXCEEDED, REVISION_CONFLICT. Role: writer.
+        """Reactivates tombstones (op reactivate); already active ones are a no-op. Grows (and is
+        checked on) active_entries only. A compacted entry is ENTRY_NOT_FOUND. Errors also:
+        MEMORY_NOT_FOUND, MEMORY_CAPACITY_EXCEEDED, REVISION_CONFLICT. Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def OrganizeMemory(self, request, context):
-        """DEDUPE: deactivates exact duplicates among active entries by content hash, keeping the
-        earliest, reason "dedupe". Never refused for capacity. Errors: MEMORY_NOT_FOUND,
-        REVISION_CONFLICT. Role: writer.
+        """DEDUPE: deactivates exact duplicates among active entries by content hash (of the redacted
+        content), keeping the earliest written (ties by entry_id), reason "dedupe". Never refused for
+        capacity; no duplicates means no revision. Errors: MEMORY_NOT_FOUND, REVISION_CONFLICT.
+        Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -156,16 +167,19 @@ class MemoryServiceServicer:
         """Drops eligible tombstones (inactive, untagged, outside the min_tombstone_revisions window) in
         entry_id byte order, at most `limit`, one compact change each; reports signed reclaimed_bytes.
         Dry runs are always allowed and write nothing. A real run needs compaction enabled
-        (COMPACTION_DISABLED) and the previewed head (REVISION_CONFLICT). Deletes no entry version and
-        no past revision. Role: admin for a real run, reader for a dry run.
+        (COMPACTION_DISABLED) and the previewed head as expected_revision (REVISION_CONFLICT);
+        dropping nothing creates no revision and reclaims 0. Deletes no entry version and no past
+        revision; a compacted entry can no longer be reactivated. Errors also: MEMORY_NOT_FOUND.
+        Role: admin for a real run, reader for a dry run.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetCapacity(self, request, context):
-        """Capacity of the head or of a past revision. No side effects. Errors: MEMORY_NOT_FOUND,
-        REVISION_NOT_FOUND. Role: reader.
+        """Capacity of the head or of a past revision: counts and bytes stored per revision, and the
+        tombstones the compaction policy would drop at that revision. No side effects.
+        Errors: MEMORY_NOT_FOUND, REVISION_NOT_FOUND (NOT_FOUND; beyond the head). Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -174,15 +188,16 @@ class MemoryServiceServicer:
     def ListRevisions(self, request, context):
         """Revisions in (since, through], ascending. Bounded by design: a window over
         max_history_revisions is HISTORY_WINDOW_EXCEEDED {requested, limit}, refused before loading
-        anything. No side effects. Role: reader.
+        anything; read longer histories in bounded windows. Bounds outside 0 <= since <= through <=
+        head are VALIDATION_FAILED. No side effects. Errors also: MEMORY_NOT_FOUND. Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetChanges(self, request, context):
-        """Changes of one revision, or of all revisions after `since` (paginated). No side effects.
-        Role: reader.
+        """Changes of one revision, or of all revisions after `since`, ordered by (revision, entry_id)
+        and paginated. No side effects. Errors: MEMORY_NOT_FOUND, REVISION_NOT_FOUND. Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -190,7 +205,7 @@ class MemoryServiceServicer:
 
     def GetEntryVersion(self, request, context):
         """One immutable entry version, also after compaction. Expired versions are ENTRY_NOT_FOUND.
-        No side effects. Role: reader.
+        No side effects. Errors: MEMORY_NOT_FOUND, ENTRY_NOT_FOUND. Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -198,7 +213,8 @@ class MemoryServiceServicer:
 
     def ValidateCitation(self, request, context):
         """Whether (revision, entry_id, entry_version_id) is in that exact revision's manifest, before or
-        after any compaction. No side effects. Role: reader.
+        after any compaction; a revision beyond the head is simply not valid. No side effects.
+        Errors: MEMORY_NOT_FOUND, VALIDATION_FAILED (revision < 1, malformed ids). Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -315,7 +331,9 @@ def add_MemoryServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class MemoryService:
-    """Missing associated documentation comment in .proto file."""
+    """Revisioned agent memory with a capacity contract; the file header states the error model,
+    tenancy, compare-and-swap, idempotency and capacity rules every RPC follows.
+    """
 
     @staticmethod
     def AppendEntries(request,

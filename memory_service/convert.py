@@ -1,0 +1,128 @@
+"""Converters from memory protos to domain commands and queries (requests, fingerprints)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from google.protobuf import timestamp_pb2
+from google.protobuf.message import Message
+
+from memory_service.commands import (
+    AppendEntries,
+    CapacityQuery,
+    ChangeEntryStates,
+    ChangesQuery,
+    CitationQuery,
+    CompactMemory,
+    EntryDraft,
+    EntryVersionQuery,
+    OrganizeMemory,
+    OrganizeMode,
+    ReviseEntry,
+    RevisionsQuery,
+    WriteTarget,
+)
+from memory_service.redaction import Secret
+from memory_service.write_path import Envelope
+from ration.memory.v1 import memory_pb2, memory_service_pb2
+
+T = TypeVar("T")
+
+_ORGANIZE_MODES = {memory_pb2.ORGANIZE_MODE_DEDUPE: OrganizeMode.DEDUPE}
+
+
+def envelope(method: str, request: Message, encode: Callable[[T], bytes]) -> Envelope[T]:
+    """Deterministic request bytes (the idempotency fingerprint) and the response encoder."""
+    return Envelope(method, request.SerializeToString(deterministic=True), encode)
+
+
+def _optional(message: Message, field: str) -> Any:
+    return getattr(message, field) if message.HasField(field) else None
+
+
+def _time(value: timestamp_pb2.Timestamp) -> datetime:
+    return value.ToDatetime(tzinfo=UTC)
+
+
+def _target(request: Any) -> WriteTarget:
+    return WriteTarget(
+        request_id=request.request_id,
+        memory_ref=request.memory_ref,
+        expected_revision=_optional(request, "expected_revision"),
+    )
+
+
+def _draft(entry: memory_pb2.EntryInput) -> EntryDraft:
+    return EntryDraft(
+        content=entry.content,
+        entry_id=entry.entry_id,
+        kind=entry.kind,
+        tags=tuple(entry.tags),
+        metadata=dict(entry.metadata),
+        expires_at=_time(entry.expires_at) if entry.HasField("expires_at") else None,
+    )
+
+
+def _secrets(secrets: Iterable[memory_pb2.Secret]) -> tuple[Secret, ...]:
+    return tuple(Secret(s.secret_id, s.value) for s in secrets)
+
+
+def append_command(request: memory_service_pb2.AppendEntriesRequest) -> AppendEntries:
+    return AppendEntries(
+        _target(request), tuple(_draft(e) for e in request.entries), _secrets(request.secrets)
+    )
+
+
+def revise_command(request: memory_service_pb2.ReviseEntryRequest) -> ReviseEntry:
+    return ReviseEntry(
+        target=_target(request),
+        entry_id=request.entry_id,
+        entry=_draft(request.entry),
+        secrets=_secrets(request.secrets),
+        reason=request.reason,
+    )
+
+
+def states_command(
+    request: memory_service_pb2.ForgetEntriesRequest | memory_service_pb2.ReactivateEntriesRequest,
+) -> ChangeEntryStates:
+    return ChangeEntryStates(_target(request), tuple(request.entry_ids), request.reason)
+
+
+def organize_command(request: memory_service_pb2.OrganizeMemoryRequest) -> OrganizeMemory:
+    return OrganizeMemory(_target(request), _ORGANIZE_MODES.get(request.mode))
+
+
+def compact_command(request: memory_service_pb2.CompactMemoryRequest) -> CompactMemory:
+    return CompactMemory(_target(request), request.dry_run, request.limit, request.reason)
+
+
+def capacity_query(request: memory_service_pb2.GetCapacityRequest) -> CapacityQuery:
+    return CapacityQuery(request.memory_ref, _optional(request, "revision"))
+
+
+def revisions_query(request: memory_service_pb2.ListRevisionsRequest) -> RevisionsQuery:
+    return RevisionsQuery(request.memory_ref, request.since, request.through)
+
+
+def changes_query(request: memory_service_pb2.GetChangesRequest) -> ChangesQuery:
+    selector = request.WhichOneof("selector")
+    return ChangesQuery(
+        memory_ref=request.memory_ref,
+        revision=request.revision if selector == "revision" else None,
+        since=request.since if selector == "since" else None,
+        page_size=request.page_size,
+        page_token=request.page_token,
+    )
+
+
+def entry_version_query(request: memory_service_pb2.GetEntryVersionRequest) -> EntryVersionQuery:
+    return EntryVersionQuery(request.memory_ref, request.entry_version_id)
+
+
+def citation_query(request: memory_service_pb2.ValidateCitationRequest) -> CitationQuery:
+    return CitationQuery(
+        request.memory_ref, request.revision, request.entry_id, request.entry_version_id
+    )

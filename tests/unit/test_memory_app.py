@@ -1,0 +1,33 @@
+"""The composition root refuses configuration that breaks the capacity contract, by variable."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from memory_service.app import factory
+from memory_service.settings import MemorySettings
+from servicekit.settings import Env, SettingsError
+
+
+def test_a_valid_configuration_builds() -> None:
+    assert callable(factory(MemorySettings.from_env(Env({}))))
+
+
+@pytest.mark.parametrize(
+    ("change", "variable"),
+    [
+        ({"max_active_entries": 0}, "RATION_MEMORY_MAX_ACTIVE_ENTRIES"),
+        (
+            {"max_active_entries": 11, "max_manifest_entries": 10},
+            "RATION_MEMORY_MAX_ACTIVE_ENTRIES",
+        ),
+        ({"max_manifest_bytes": 1023}, "RATION_MEMORY_MAX_MANIFEST_BYTES"),
+        ({"min_tombstone_revisions": -1}, "RATION_MEMORY_MIN_TOMBSTONE_REVISIONS"),
+    ],
+)
+def test_settings_built_in_code_are_checked_too(change: dict[str, int], variable: str) -> None:
+    settings = replace(MemorySettings.from_env(Env({})), **change)
+    with pytest.raises(SettingsError, match=variable):
+        factory(settings)

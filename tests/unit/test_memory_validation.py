@@ -1,0 +1,103 @@
+"""Write input rules: every problem is reported at once, by field, without echoing values."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from memory_service.commands import (
+    AppendEntries,
+    ChangeEntryStates,
+    CompactMemory,
+    EntryDraft,
+    OrganizeMemory,
+    OrganizeMode,
+    ReviseEntry,
+    WriteTarget,
+)
+from memory_service.redaction import Secret
+from memory_service.validation import (
+    InputLimits,
+    validate_append,
+    validate_compact,
+    validate_organize,
+    validate_revise,
+    validate_state_change,
+)
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+LIMITS = InputLimits(max_entry_size_bytes=16, max_batch_entries=2)
+TARGET = WriteTarget("req-1", "team/memory")
+ENTRY_ID = "mem_ent_" + "0" * 32
+
+
+def fields(violations: list) -> list[str]:  # type: ignore[type-arg]
+    return [v.field for v in violations]
+
+
+def test_a_good_append_has_no_violations() -> None:
+    command = AppendEntries(TARGET, (EntryDraft("hello", tags=("a",), metadata={"k": "v"}),))
+    assert validate_append(command, LIMITS, NOW) == []
+
+
+def test_every_problem_of_an_append_is_reported_together() -> None:
+    command = AppendEntries(
+        WriteTarget("", "a/../b", expected_revision=-2),
+        (
+            EntryDraft("x" * 17, entry_id=ENTRY_ID),
+            EntryDraft("ok", entry_id=ENTRY_ID, expires_at=NOW - timedelta(seconds=1)),
+            EntryDraft(""),
+        ),
+        (Secret("id", "short"),),
+    )
+    assert fields(validate_append(command, LIMITS, NOW)) == [
+        "request_id",
+        "memory_ref",
+        "expected_revision",
+        "entries",
+        "entries[0].content",
+        "entries[1].expires_at",
+        "entries[2].content",
+        "entries[1].entry_id",
+        "secrets[0].value",
+    ]
+
+
+def test_content_size_counts_utf8_bytes_not_characters() -> None:
+    fits = AppendEntries(TARGET, (EntryDraft("é" * 8),))  # 16 bytes
+    too_big = AppendEntries(TARGET, (EntryDraft("é" * 9),))  # 18 bytes, 9 characters
+    assert validate_append(fits, LIMITS, NOW) == []
+    (violation,) = validate_append(too_big, LIMITS, NOW)
+    assert violation.description == "is 18 bytes of UTF-8; the maximum is 16"
+
+
+def test_violation_descriptions_never_echo_the_secret_value() -> None:
+    command = AppendEntries(TARGET, (EntryDraft("x"),), (Secret("bad id!", "s3"),))
+    for violation in validate_append(command, LIMITS, NOW):
+        assert "s3" not in violation.description
+
+
+def test_revise_checks_the_target_id_and_the_new_content() -> None:
+    command = ReviseEntry(TARGET, "nope", EntryDraft("", entry_id=ENTRY_ID), reason="r" * 257)
+    assert fields(validate_revise(command, LIMITS, NOW)) == [
+        "entry_id",
+        "entry.entry_id",
+        "entry.content",
+        "reason",
+    ]
+
+
+def test_state_changes_need_well_formed_unique_ids() -> None:
+    assert fields(validate_state_change(ChangeEntryStates(TARGET, ()))) == ["entry_ids"]
+    twice = ChangeEntryStates(TARGET, (ENTRY_ID, ENTRY_ID, "mem_ent_x"))
+    assert fields(validate_state_change(twice)) == ["entry_ids[1]", "entry_ids[2]"]
+
+
+def test_organize_needs_a_known_mode() -> None:
+    assert fields(validate_organize(OrganizeMemory(TARGET, None))) == ["mode"]
+    assert validate_organize(OrganizeMemory(TARGET, OrganizeMode.DEDUPE)) == []
+
+
+def test_a_real_compaction_needs_the_previewed_head_and_a_dry_run_needs_no_request_id() -> None:
+    assert fields(validate_compact(CompactMemory(TARGET, dry_run=False))) == ["expected_revision"]
+    preview = CompactMemory(WriteTarget("", "team/memory"), dry_run=True, limit=-1)
+    assert fields(validate_compact(preview)) == ["limit"]
