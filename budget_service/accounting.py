@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -15,96 +14,23 @@ from budget_service.policy import (
     Enforcement,
     HostCeilings,
     OnExhaustion,
-    Scope,
 )
-from servicekit.errors import (
-    DomainError,
-    ErrorKind,
-    FieldViolation,
-    PreconditionDetail,
-    QuotaDetail,
-    RetryDetail,
-    validation_error,
+from budget_service.refusals import breach_message, ensure_resumable
+from budget_service.state import (
+    Amounts,
+    Balance,
+    Balances,
+    Breach,
+    Contention,
+    HoldState,
+    ReserveMode,
+    RunState,
+    RunStatus,
 )
+from servicekit.errors import FieldViolation, validation_error
 
-Amounts = Mapping[Dimension, int]
 # UP_TO may shrink these to what is left; a tool call or a retry is indivisible.
 PARTIAL_DIMENSIONS = frozenset({Dimension.TOKENS, Dimension.COST})
-
-
-class RunState(enum.StrEnum):
-    ACTIVE = "active"
-    INTERRUPTED = "interrupted"
-    FAILED = "failed"
-    CLOSED = "closed"
-
-
-class ReserveMode(enum.StrEnum):
-    ALL_OR_NOTHING = "all_or_nothing"
-    UP_TO = "up_to"
-
-
-class HoldState(enum.StrEnum):
-    """Each hold ends exactly once: consumed, released, or expired."""
-
-    OPEN = "open"
-    CONSUMED = "consumed"
-    RELEASED = "released"
-    EXPIRED = "expired"
-
-
-@dataclass(frozen=True)
-class Balance:
-    """One dimension of one balance (the run or a pool): limit (None = unbounded) and facts."""
-
-    limit: int | None
-    consumed: int = 0
-    held: int = 0
-
-    @property
-    def remaining(self) -> int | None:
-        return None if self.limit is None else max(0, self.limit - self.consumed - self.held)
-
-
-@dataclass(frozen=True)
-class BalanceRef:
-    """Which balance: the run itself (`RUN_BALANCE`) or a pool `(scope, scope_id)`."""
-
-    scope: Scope
-    scope_id: str = ""
-
-    @property
-    def sort_key(self) -> tuple[int, str]:
-        # The canonical order: the run first, then pools narrowest scope first, then by id. The
-        # store locks rows in this same order, so concurrent Reserves cannot deadlock.
-        return (self.scope.rank, self.scope_id)
-
-
-RUN_BALANCE = BalanceRef(Scope.RUN)
-Balances = Mapping[BalanceRef, Mapping[Dimension, Balance]]
-
-
-@dataclass(frozen=True)
-class Breach:
-    """An attempt that cannot fit even if every hold were released."""
-
-    dimension: Dimension
-    limit: int
-    consumed: int
-    observed: int  # what the attempt would reach (reserve) or reached (consume)
-    balance: BalanceRef = RUN_BALANCE
-
-
-@dataclass(frozen=True)
-class Contention:
-    """It would fit once open holds end: retryable, and the run is untouched."""
-
-    dimension: Dimension
-    limit: int
-    consumed: int
-    held: int
-    requested: int
-    balance: BalanceRef = RUN_BALANCE
 
 
 @dataclass(frozen=True)
@@ -123,17 +49,6 @@ class ReserveDecision:
     @property
     def refused(self) -> bool:
         return self.would_refuse and self.enforcement is Enforcement.HARD
-
-
-@dataclass(frozen=True)
-class RunStatus:
-    """The run's lifecycle state and its once-per-dimension event flags, stored with the run."""
-
-    state: RunState = RunState.ACTIVE
-    crossed: frozenset[Dimension] = frozenset()
-    exhausted: frozenset[Dimension] = frozenset()
-    breached: frozenset[Dimension] = frozenset()  # limits advisory cap.breached to once
-    stopped_by: Breach | None = None  # the breach that made the run FAILED or INTERRUPTED
 
 
 @dataclass(frozen=True)
@@ -244,13 +159,7 @@ def _stop(status: RunStatus, breach: Breach, on_exhaustion: OnExhaustion) -> Out
     if on_exhaustion is OnExhaustion.INTERRUPT:
         return Outcome(replace(status, state=RunState.INTERRUPTED, stopped_by=breach))
     failed = replace(status, state=RunState.FAILED, stopped_by=breach)
-    return Outcome(failed, (ev.RunFailed(_breach_message(breach)),))
-
-
-def _breach_message(breach: Breach) -> str:
-    d = breach.dimension
-    limit, observed = ev.render_amount(d, breach.limit), ev.render_amount(d, breach.observed)
-    return f"budget exhausted: {d} limit {limit}, observed {observed}"
+    return Outcome(failed, (ev.RunFailed(breach_message(breach)),))
 
 
 def apply_reserve_breach(
@@ -368,72 +277,3 @@ def apply_resume(
 def effective_hold_state(state: HoldState, expires_at: datetime, now: datetime) -> HoldState:
     """An open hold past its expiry has already stopped counting, before the sweeper marks it."""
     return HoldState.EXPIRED if state is HoldState.OPEN and now >= expires_at else state
-
-
-def consume_settles_hold(state: HoldState) -> bool:
-    """Whether a Consume naming this hold settles it. Released or expired holds no longer count,
-    so the usage is recorded unreserved (billed usage is never lost); consumed ones refuse."""
-    if state is HoldState.CONSUMED:
-        raise reservation_settled_error(state)
-    return state is HoldState.OPEN
-
-
-def ensure_can_release(state: HoldState) -> None:
-    if state is not HoldState.OPEN:
-        raise reservation_settled_error(state)
-
-
-def ensure_can_reserve(status: RunStatus) -> None:
-    """Reserve is refused unless the run is ACTIVE (Consume is always recorded)."""
-    if status.state is RunState.FAILED:
-        raise budget_exhausted_error(status.stopped_by)
-    if status.state is RunState.INTERRUPTED:
-        raise run_state_error("RUN_INTERRUPTED", status.state, "the run is interrupted: resume it")
-    if status.state is RunState.CLOSED:
-        raise run_state_error("RUN_CLOSED", status.state, "the run is closed")
-
-
-def ensure_resumable(status: RunStatus) -> None:
-    """ResumeRun raises an ACTIVE or INTERRUPTED run; FAILED and CLOSED are final."""
-    if status.state is RunState.CLOSED:
-        raise run_state_error("RUN_CLOSED", status.state, "the run is closed")
-    if status.state is RunState.FAILED:
-        raise run_state_error("RUN_FAILED", status.state, "the run has failed and cannot resume")
-
-
-def run_state_error(reason: str, state: RunState, message: str) -> DomainError:
-    """RUN_INTERRUPTED, RUN_CLOSED (and RUN_FAILED for ResumeRun): FAILED_PRECONDITION."""
-    detail = PreconditionDetail("RUN_STATE", "run", f"the run is {state.value}")
-    return DomainError(ErrorKind.PRECONDITION, reason, message, {"state": state.value}, detail)
-
-
-def budget_exhausted_error(breach: Breach | None) -> DomainError:
-    """BUDGET_EXHAUSTED with the breach that stopped the run, and a QuotaFailure detail."""
-    if breach is None:
-        return DomainError(ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED", "the run's budget is exhausted")
-    d = breach.dimension
-    limit, observed = ev.render_amount(d, breach.limit), ev.render_amount(d, breach.observed)
-    metadata = {"dimension": d.value, "limit": limit, "observed": observed}
-    detail = QuotaDetail(f"{breach.balance.scope.value}:{d.value}", f"{d} limit {limit}")
-    return DomainError(
-        ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED", _breach_message(breach), metadata, detail
-    )
-
-
-def budget_held_error(contention: Contention, retry_after_seconds: float = 1.0) -> DomainError:
-    """BUDGET_HELD: open holds are in the way; retry once they settle or expire."""
-    c, d = contention, contention.dimension
-    amounts = {"limit": c.limit, "consumed": c.consumed, "held": c.held, "requested": c.requested}
-    metadata = {"dimension": d.value} | {k: ev.render_amount(d, v) for k, v in amounts.items()}
-    message = f"{d} is held by open reservations; retry later"
-    return DomainError(
-        ErrorKind.EXHAUSTED, "BUDGET_HELD", message, metadata, RetryDetail(retry_after_seconds)
-    )
-
-
-def reservation_settled_error(state: HoldState) -> DomainError:
-    """RESERVATION_SETTLED: the hold already ended (consumed, released or expired)."""
-    message = f"the reservation is already {state.value}"
-    return DomainError(
-        ErrorKind.PRECONDITION, "RESERVATION_SETTLED", message, {"state": state.value}
-    )

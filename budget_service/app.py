@@ -6,8 +6,15 @@ import grpc
 from prometheus_client import CollectorRegistry
 
 from budget_service.capabilities import BudgetCapabilities
+from budget_service.metrics import BudgetMetrics
+from budget_service.reservations import Reservations
+from budget_service.service import BudgetService
 from budget_service.servicer import BudgetServicer
 from budget_service.settings import BudgetSettings
+from budget_service.store_write import EVENTS_CHANNEL
+from budget_service.sweeper import Sweeper
+from budget_service.transactions import Transactions
+from budget_service.watch import EventHub
 from ration.budget.v1 import budget_service_pb2_grpc
 from servicekit.db import Database
 from servicekit.migrations import MigrationSet
@@ -19,7 +26,14 @@ MIGRATIONS = MigrationSet("budget", "budget_service.migrations")
 
 def factory(settings: BudgetSettings) -> AppFactory:
     def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
-        servicer = BudgetServicer(BudgetCapabilities.from_settings(settings))
+        tx = Transactions(database, settings, BudgetMetrics(registry))
+        hub = EventHub(database.url, EVENTS_CHANNEL)
+        servicer = BudgetServicer(
+            BudgetCapabilities.from_settings(settings),
+            BudgetService(tx, hub),
+            Reservations(tx),
+            settings.max_hold_ttl_seconds,
+        )
 
         def register(server: grpc.aio.Server) -> None:
             budget_service_pb2_grpc.add_BudgetServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
@@ -30,6 +44,8 @@ def factory(settings: BudgetSettings) -> AppFactory:
             error_domain="ration.budget.v1",
             migrations=[MIGRATIONS],
             register=register,
+            background=[hub.run, Sweeper(tx).run],
+            close=hub.close,
         )
 
     return build

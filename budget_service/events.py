@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, ClassVar
 
 from budget_service.policy import Dimension, EffectiveBudget, Scope
@@ -236,3 +237,45 @@ OPENWOP_PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
         },
     ),
 }
+
+
+def _amount(dimension: Dimension, value: Decimal | int) -> int:
+    """A JSON amount back to native units, exactly (cost USD text to nanos)."""
+    if dimension is Dimension.COST:
+        return int(Decimal(value) * NANOS_PER_USD)
+    return int(value)
+
+
+_LIMIT_KEYS = (
+    ("maxTokens", Dimension.TOKENS),
+    ("maxCostUsd", Dimension.COST),
+    ("maxToolCalls", Dimension.TOOL_CALLS),
+    ("maxRetries", Dimension.RETRIES),
+)
+_BY_KIND = {d.breach_kind: d for d in Dimension}
+
+
+def decode(event_type: str, payload_json: str, base: EffectiveBudget | None = None) -> BudgetEvent:
+    """A stored payload back to its typed event. `budget.reserved` carries only limits and
+    scope; threshold and on_exhaustion come from `base` (they never change within a run)."""
+    data: dict[str, Any] = json.loads(payload_json, parse_float=Decimal)
+    if event_type == BudgetReserved.event_type:
+        limits = data["effectiveBudget"]
+        budget = (base or EffectiveBudget()).with_limits(
+            {d: _amount(d, limits[key]) if key in limits else None for key, d in _LIMIT_KEYS}
+        )
+        return BudgetReserved(budget, Scope(data["scope"]))
+    if event_type == RunFailed.event_type:
+        return RunFailed(data["error"]["message"], data["error"]["code"])
+    if event_type == CapBreached.event_type:
+        d = _BY_KIND[data["kind"]]
+        return CapBreached(d, _amount(d, data["limit"]), _amount(d, data["observed"]))
+    d = Dimension(data["dimension"])
+    consumed, limit = _amount(d, data["consumed"]), _amount(d, data["limit"])
+    if event_type == BudgetConsumed.event_type:
+        return BudgetConsumed(d, consumed, limit, _amount(d, data["remaining"]))
+    if event_type == ThresholdCrossed.event_type:
+        return ThresholdCrossed(d, consumed, limit, int(data["percent"]))
+    if event_type == BudgetExhausted.event_type:
+        return BudgetExhausted(d, consumed, limit)
+    raise ValueError(f"unknown budget event type {event_type!r}")

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Self
 
-from servicekit.errors import DomainError, ErrorKind, FieldViolation, PreconditionDetail
-
 
 class Dimension(enum.StrEnum):
     """A budget dimension; the value is its OpenWOP JSON name, member order is the check order."""
@@ -55,10 +53,6 @@ _SPECS = {
     Dimension.RETRIES: DimensionSpec("budget-retries", "retries", "max_retries", 0, 10**15),
 }
 DEFAULT_THRESHOLD_PERCENT = 80
-MAX_GLOBS = 64
-MAX_GLOB_LENGTH = 200
-MAX_IDENTIFIER_LENGTH = 200
-_GLOB_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/@+-*")
 
 
 class OnExhaustion(enum.StrEnum):
@@ -154,6 +148,8 @@ class ScopeBudget:
     kind: ScopeBudgetKind
     policy: BudgetPolicy
     window: Window = Window.NONE
+    # Per-scope shadow roll-out: runs under an advisory scope are never refused or stopped.
+    enforcement: Enforcement = Enforcement.HARD
 
 
 @dataclass(frozen=True)
@@ -189,102 +185,6 @@ class EffectiveBudget(BudgetLimits):
         """
         bound = [Scope(s) for s in self.binding.values() if s != HOST]
         return min(bound, key=lambda s: s.rank, default=Scope.RUN)
-
-
-def _path(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
-
-
-def check_int(value: object, path: str, low: int, high: int) -> list[FieldViolation]:
-    """Violations for an integer that must lie in [low, high] (bools are not integers here)."""
-    if not isinstance(value, int) or isinstance(value, bool):
-        return [FieldViolation(path, "must be an integer")]
-    if value < low:
-        return [FieldViolation(path, f"must be at least {low}")]
-    if value > high:
-        return [FieldViolation(path, f"must be at most {high}")]
-    return []
-
-
-def validate_identifier(value: str, path: str) -> list[FieldViolation]:
-    """Model ids and scope ids: non-empty, bounded, printable, no whitespace."""
-    if not value:
-        return [FieldViolation(path, "must not be empty")]
-    if len(value) > MAX_IDENTIFIER_LENGTH:
-        return [FieldViolation(path, f"must be at most {MAX_IDENTIFIER_LENGTH} characters")]
-    if not value.isprintable() or any(c.isspace() for c in value):
-        return [FieldViolation(path, "must be printable with no whitespace")]
-    return []
-
-
-def validate_model_id(model: str, path: str = "model") -> list[FieldViolation]:
-    return validate_identifier(model, path)
-
-
-def _glob_problem(glob: str) -> str | None:
-    if not glob:
-        return "must not be empty"
-    if len(glob) > MAX_GLOB_LENGTH:
-        return f"must be at most {MAX_GLOB_LENGTH} characters"
-    if any(c.isspace() or not c.isprintable() for c in glob):
-        return "must not contain whitespace or control characters"
-    if not set(glob) <= _GLOB_CHARS:
-        return "may only contain letters, digits and . _ : / @ + - *"
-    return None
-
-
-def validate_globs(globs: Sequence[str], path: str) -> list[FieldViolation]:
-    found: list[FieldViolation] = []
-    if len(globs) > MAX_GLOBS:
-        found.append(FieldViolation(path, f"must have at most {MAX_GLOBS} globs"))
-    seen: set[str] = set()
-    for i, glob in enumerate(globs):
-        problem = _glob_problem(glob)
-        if problem is None and glob in seen:
-            problem = "duplicate glob"
-        if problem is not None:
-            found.append(FieldViolation(f"{path}[{i}]", problem))
-        seen.add(glob)
-    return found
-
-
-def validate_policy(policy: BudgetPolicy, prefix: str = "policy") -> list[FieldViolation]:
-    """Everything wrong with a policy, each with a dotted field path; empty when valid."""
-    found: list[FieldViolation] = []
-    for dimension in Dimension:
-        value = policy.limit(dimension)
-        if value is not None:
-            spec = dimension.spec
-            path = _path(prefix, spec.limit_field)
-            found += check_int(value, path, spec.min_limit, spec.max_amount)
-    if policy.threshold_percent is not None:
-        found += check_int(policy.threshold_percent, _path(prefix, "threshold_percent"), 0, 100)
-    if policy.model_allow is not None:
-        found += validate_globs(policy.model_allow, _path(prefix, "model_allow"))
-    found += validate_globs(policy.model_deny, _path(prefix, "model_deny"))
-    if not isinstance(policy.on_exhaustion, OnExhaustion):
-        found.append(FieldViolation(_path(prefix, "on_exhaustion"), "must be FAIL or INTERRUPT"))
-    return found
-
-
-def validate_scope_budget(budget: ScopeBudget, prefix: str = "") -> list[FieldViolation]:
-    found: list[FieldViolation] = []
-    if budget.scope is Scope.RUN:
-        found.append(FieldViolation(_path(prefix, "scope"), "must be WORKFLOW, AGENT or PROJECT"))
-    found += validate_identifier(budget.scope_id, _path(prefix, "scope_id"))
-    if budget.kind is ScopeBudgetKind.PER_RUN and budget.window is not Window.NONE:
-        found.append(FieldViolation(_path(prefix, "window"), "only pooled budgets have a window"))
-    return found + validate_policy(budget.policy, _path(prefix, "policy"))
-
-
-def validate_amounts(amounts: Mapping[Dimension, int], prefix: str) -> list[FieldViolation]:
-    """Estimates, usage and resume deltas: each amount in [0, max_amount]."""
-    found: list[FieldViolation] = []
-    for dimension in Dimension:
-        if dimension in amounts:
-            path = _path(prefix, dimension.field_name)
-            found += check_int(amounts[dimension], path, 0, dimension.spec.max_amount)
-    return found
 
 
 def glob_matches(pattern: str, model: str) -> bool:
@@ -381,16 +281,3 @@ def window_start(window: Window, now: datetime) -> datetime:
     if window is Window.WEEK:
         return midnight - timedelta(days=midnight.weekday())  # ISO weeks start on Monday
     return midnight.replace(day=1)
-
-
-def model_denied_error(model: str, scope: Scope) -> DomainError:
-    """BUDGET_MODEL_DENIED: refused before any spend."""
-    return DomainError(
-        ErrorKind.PRECONDITION,
-        "BUDGET_MODEL_DENIED",
-        f"model {model!r} is not allowed by the {scope.value} budget policy",
-        metadata={"model": model, "scope": scope.value},
-        detail=PreconditionDetail(
-            "BUDGET_MODEL_POLICY", f"model:{model}", f"denied by the {scope.value} model lists"
-        ),
-    )

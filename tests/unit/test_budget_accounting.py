@@ -11,26 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from budget_service.accounting import (
-    RUN_BALANCE,
-    Balance,
-    BalanceRef,
-    Breach,
-    Contention,
-    HoldState,
-    ReserveMode,
-    RunState,
-    RunStatus,
     apply_consume,
     apply_hold,
     apply_reserve_breach,
     apply_resume,
-    budget_exhausted_error,
-    budget_held_error,
-    consume_settles_hold,
     decide_reserve,
     effective_hold_state,
-    ensure_can_release,
-    ensure_can_reserve,
     settle_hold,
     threshold_reached,
 )
@@ -53,6 +39,24 @@ from budget_service.policy import (
     OnExhaustion,
     Scope,
     resolve_effective_budget,
+)
+from budget_service.refusals import (
+    budget_exhausted_error,
+    budget_held_error,
+    consume_settles_hold,
+    ensure_can_release,
+    ensure_can_reserve,
+)
+from budget_service.state import (
+    RUN_BALANCE,
+    Balance,
+    BalanceRef,
+    Breach,
+    Contention,
+    HoldState,
+    ReserveMode,
+    RunState,
+    RunStatus,
 )
 from servicekit.errors import DomainError, ErrorKind, QuotaDetail, RetryDetail
 

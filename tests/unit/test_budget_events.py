@@ -19,11 +19,12 @@ from budget_service.events import (
     CapBreached,
     RunFailed,
     ThresholdCrossed,
+    decode,
     payload,
     render_amount,
     usd_text,
 )
-from budget_service.policy import Dimension, EffectiveBudget, Scope
+from budget_service.policy import Dimension, EffectiveBudget, OnExhaustion, Scope
 
 USD = 10**9
 SAMPLES: list[BudgetEvent] = [
@@ -206,3 +207,34 @@ def test_generated_payloads_always_validate(
     ]
     for event in events:
         jsonschema.validate(payload(event), OPENWOP_PAYLOAD_SCHEMAS[type(event).event_type])
+
+
+# --- decoding stored payloads ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("event", SAMPLES)
+def test_decoding_a_stored_payload_gives_the_event_back(event: BudgetEvent) -> None:
+    decoded = decode(type(event).event_type, event.payload_json(), EffectiveBudget())
+    assert decoded == event
+
+
+def test_decoding_budget_reserved_takes_threshold_and_on_exhaustion_from_the_run() -> None:
+    run = EffectiveBudget(max_tokens=5, threshold_percent=50, on_exhaustion=OnExhaustion.INTERRUPT)
+    event = BudgetReserved(EffectiveBudget(max_tokens=7, max_cost_nanos=1), Scope.AGENT)
+    decoded = decode(event.event_type, event.payload_json(), run)
+    assert isinstance(decoded, BudgetReserved)
+    assert (decoded.effective_budget.max_tokens, decoded.effective_budget.max_cost_nanos) == (7, 1)
+    assert decoded.effective_budget.threshold_percent == 50
+    assert decoded.effective_budget.on_exhaustion is OnExhaustion.INTERRUPT
+    assert decoded.scope is Scope.AGENT
+
+
+@given(st.integers(min_value=0, max_value=10**18), st.integers(min_value=0, max_value=10**18))
+def test_cost_amounts_survive_the_json_round_trip_exactly(consumed: int, limit: int) -> None:
+    event = BudgetConsumed(Dimension.COST, consumed, limit, max(0, limit - consumed))
+    assert decode(event.event_type, event.payload_json()) == event
+
+
+def test_decoding_an_unknown_type_fails_loudly() -> None:
+    with pytest.raises(ValueError, match="unknown budget event type"):
+        decode("budget.mystery", '{"dimension":"cost","consumed":1,"limit":1}')

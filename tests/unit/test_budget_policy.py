@@ -26,14 +26,16 @@ from budget_service.policy import (
     ScopeBudgetKind,
     Window,
     glob_matches,
-    model_denied_error,
     model_verdict,
     resolve_effective_budget,
+    window_start,
+)
+from budget_service.refusals import model_denied_error
+from budget_service.validation import (
     validate_amounts,
     validate_model_id,
     validate_policy,
     validate_scope_budget,
-    window_start,
 )
 from servicekit.errors import ErrorKind, FieldViolation, PreconditionDetail
 

@@ -485,14 +485,16 @@ class ConsumeRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., reservation_id: _Optional[str] = ..., model: _Optional[str] = ..., usage: _Optional[_Union[Amounts, _Mapping]] = ...) -> None: ...
 
 class ConsumeResponse(_message.Message):
-    __slots__ = ("overrun", "dimensions", "state")
+    __slots__ = ("overrun", "dimensions", "state", "reservation_state")
     OVERRUN_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_STATE_FIELD_NUMBER: _ClassVar[int]
     overrun: Amounts
     dimensions: _containers.RepeatedCompositeFieldContainer[DimensionStatus]
     state: RunState
-    def __init__(self, overrun: _Optional[_Union[Amounts, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., state: _Optional[_Union[RunState, str]] = ...) -> None: ...
+    reservation_state: ReservationState
+    def __init__(self, overrun: _Optional[_Union[Amounts, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., state: _Optional[_Union[RunState, str]] = ..., reservation_state: _Optional[_Union[ReservationState, str]] = ...) -> None: ...
 
 class ReleaseRequest(_message.Message):
     __slots__ = ("request_id", "run_id", "reservation_id")
@@ -521,18 +523,20 @@ class CheckRequest(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., estimate: _Optional[_Union[Amounts, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
 
 class CheckResponse(_message.Message):
-    __slots__ = ("would_grant", "refusal_reason", "state", "dimensions", "model_verdict")
+    __slots__ = ("would_grant", "refusal_reason", "state", "dimensions", "model_verdict", "advisory_refusal_reason")
     WOULD_GRANT_FIELD_NUMBER: _ClassVar[int]
     REFUSAL_REASON_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    ADVISORY_REFUSAL_REASON_FIELD_NUMBER: _ClassVar[int]
     would_grant: bool
     refusal_reason: str
     state: RunState
     dimensions: _containers.RepeatedCompositeFieldContainer[DimensionStatus]
     model_verdict: ModelVerdict
-    def __init__(self, would_grant: _Optional[bool] = ..., refusal_reason: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., model_verdict: _Optional[_Union[ModelVerdict, _Mapping]] = ...) -> None: ...
+    advisory_refusal_reason: str
+    def __init__(self, would_grant: _Optional[bool] = ..., refusal_reason: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., model_verdict: _Optional[_Union[ModelVerdict, _Mapping]] = ..., advisory_refusal_reason: _Optional[str] = ...) -> None: ...
 
 class ListRunEventsRequest(_message.Message):
     __slots__ = ("run_id", "after_seq", "page_size", "page_token")

@@ -111,9 +111,11 @@ class BudgetServiceServicer:
 
     def OpenRun(self, request, context):
         """Creates a run and resolves its effective budget once (run overlay min per-run scope caps,
-        clamped to host ceilings); emits `budget.reserved` as event 1.
-        Idempotent per run_id: the same request returns the same run; a different policy or owner
-        triple for an existing run_id is ALREADY_EXISTS RUN_EXISTS. Role: writer.
+        clamped to host ceilings), its model lists across scopes, the pooled budgets it draws on and
+        whether any of its scopes is ADVISORY; emits `budget.reserved` as event 1 and an `open`
+        ledger row. Idempotent per run_id: the same owners and policy return the same run (no second
+        event); a different policy or owner triple for an existing run_id is ALREADY_EXISTS
+        RUN_EXISTS (metadata runId). Idempotent by request_id. Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,32 +130,43 @@ class BudgetServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CloseRun(self, request, context):
-        """Closes a run with an outcome and releases its open holds. A closed run refuses Reserve
-        (RUN_CLOSED) but still records Consume. Closing a closed run returns it unchanged.
-        Errors: RUN_NOT_FOUND. Role: writer.
+        """Closes a run with an outcome and releases its open holds (a `release` ledger row each, then
+        a `close` row). The state becomes CLOSED, except that a FAILED run stays FAILED (its failure
+        is kept) with the outcome recorded. A closed run refuses Reserve (RUN_CLOSED) but still
+        records Consume. Closing an already closed run returns it unchanged. No events.
+        Errors: RUN_NOT_FOUND. Idempotent by request_id. Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ResumeRun(self, request, context):
-        """Continues an INTERRUPTED run: adds `delta` to its bounded limits, bumps the policy version
-        and emits a second `budget.reserved`. Errors: RUN_NOT_FOUND; RUN_CLOSED or RUN_INTERRUPTED
-        style FAILED_PRECONDITION with metadata state when the run is not INTERRUPTED. Role: writer.
+        """Continues an INTERRUPTED run (or raises an ACTIVE one): adds `delta` to its bounded limits
+        (never past a host ceiling; unbounded dimensions stay unbounded), makes it ACTIVE, bumps the
+        policy version, re-arms the once-only events of raised dimensions, emits another
+        `budget.reserved` and a `resume` ledger row with the approver. Errors: RUN_NOT_FOUND;
+        FAILED_PRECONDITION RUN_FAILED or RUN_CLOSED (metadata state) for final runs.
+        Idempotent by request_id. Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Reserve(self, request, context):
-        """Holds an estimate before a model or tool call. Model policy first (BUDGET_MODEL_DENIED,
-        FAILED_PRECONDITION, before any hold exists). Then per bounded dimension of the run and of
-        every pool: consumed + estimate > limit is a breach (hard mode: `budget.exhausted`,
-        `cap.breached`, then `run.failed` and BUDGET_EXHAUSTED RESOURCE_EXHAUSTED with QuotaFailure, or
-        the run becomes INTERRUPTED and RUN_INTERRUPTED); consumed + held + estimate > limit is
-        contention: BUDGET_HELD RESOURCE_EXHAUSTED with RetryInfo, the run untouched. Refusals by
-        run state: BUDGET_EXHAUSTED (FAILED), RUN_INTERRUPTED, RUN_CLOSED. Advisory mode never refuses.
-        Side effects: one hold, one ledger row, the balance change, any events, in one transaction.
+        """Holds an estimate before a model or tool call. First the run's state: BUDGET_EXHAUSTED
+        (FAILED), RUN_INTERRUPTED, RUN_CLOSED (FAILED_PRECONDITION, metadata state). Then the model
+        policy: BUDGET_MODEL_DENIED (FAILED_PRECONDITION, metadata model and scope), before any hold
+        exists. Then per bounded dimension of the run and of every pool (current window):
+        consumed + estimate > limit is a breach (`budget.exhausted` once, `cap.breached`, then
+        `run.failed` and BUDGET_EXHAUSTED RESOURCE_EXHAUSTED with QuotaFailure; or under INTERRUPT
+        the run becomes INTERRUPTED and the answer is RUN_INTERRUPTED); consumed + held + estimate >
+        limit is contention: BUDGET_HELD RESOURCE_EXHAUSTED with RetryInfo, the run untouched.
+        Holds past expires_at stop counting first (database clock). Advisory mode (host or any scope
+        of the run) never refuses on budget grounds: it grants the estimate, emits the events,
+        counts the would-be refusal and names it in advisory_refusal_reason.
+        Side effects: expiry of the run's overdue holds, one hold, a ledger row per decision, the
+        balance changes and any events, in one transaction; refusals write their ledger row (and a
+        breach its events and stop) but store no response, so a retry is judged afresh.
         Idempotent by request_id. Errors also: RUN_NOT_FOUND. Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -161,20 +174,23 @@ class BudgetServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Consume(self, request, context):
-        """Records what the provider billed. Never refused for being over budget. Settles the hold named
-        by reservation_id (the remainder is released; usage above it is an overrun), emits
-        `budget.consumed` per bounded dimension touched, and threshold, exhaustion and breach events
-        as they occur. Errors: RUN_NOT_FOUND, RESERVATION_NOT_FOUND, RESERVATION_SETTLED (the hold
-        already ended; metadata state — an expired hold's usage is still recorded, see its comment in
-        the README). Idempotent by request_id. Role: writer.
+        """Records what the provider billed, on any run state. Never refused for being over budget.
+        Settles the hold named by reservation_id (the remainder is released; usage above it is an
+        overrun, counted in metrics); a hold that already expired or was released is not settled but
+        the usage is still recorded (reservation_state says which). Emits `budget.consumed` per
+        bounded dimension touched, then threshold, exhaustion and breach events as they occur (a
+        hard breach fails or interrupts the run). Errors: RUN_NOT_FOUND, RESERVATION_NOT_FOUND,
+        RESERVATION_SETTLED (FAILED_PRECONDITION, metadata state "consumed": the hold was already
+        consumed by another request). Idempotent by request_id. Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Release(self, request, context):
-        """Voids an open hold. Errors: RUN_NOT_FOUND, RESERVATION_NOT_FOUND, RESERVATION_SETTLED
-        (metadata state). Idempotent by request_id. Role: writer.
+        """Voids an open hold: it stops counting on the run and its pools (a `release` ledger row).
+        Errors: RUN_NOT_FOUND, RESERVATION_NOT_FOUND, RESERVATION_SETTLED (FAILED_PRECONDITION,
+        metadata state consumed | released | expired). Idempotent by request_id. Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -182,8 +198,9 @@ class BudgetServiceServicer:
 
     def Check(self, request, context):
         """Would this estimate and model be granted now? Per dimension limit, consumed, held, remaining
-        and binding scope; run state; model verdict. No side effects (never holds, never consumes).
-        Errors: RUN_NOT_FOUND. Role: reader.
+        and binding scope; run state; model verdict. Holds past expires_at are not counted (database
+        clock) though nothing is written. No side effects (never holds, never consumes, never
+        expires). Errors: RUN_NOT_FOUND. Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -191,25 +208,29 @@ class BudgetServiceServicer:
 
     def ListRunEvents(self, request, context):
         """Reads a run's event log after `after_seq`, ascending, paginated. No side effects.
-        Errors: RUN_NOT_FOUND. Role: reader.
+        Errors: RUN_NOT_FOUND; VALIDATION_FAILED for a page_token of another run or a malformed one.
+        Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WatchRunEvents(self, request, context):
-        """Streams a run's events after `after_seq`, then follows new ones live (LISTEN/NOTIFY), each
-        exactly once and in order; resume after a disconnect with the last seq seen. The stream ends
-        when the client cancels or the server shuts down. Errors: RUN_NOT_FOUND. Role: reader.
+        """Streams a run's events after `after_seq`, then follows new ones live (LISTEN/NOTIFY wakes the
+        stream, which re-reads the event table after the last seq it sent), each exactly once and in
+        order; resume after a disconnect with the last seq seen. The stream ends when the client
+        cancels or the server shuts down. Errors: RUN_NOT_FOUND. Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PutScopeBudget(self, request, context):
-        """Creates or replaces the budget of a project, workflow or agent. Per-run caps apply to runs
-        opened afterwards (resolution happens once at OpenRun); pooled limits apply at once to the
-        shared balance. Idempotent by request_id. Role: admin (ROLE_REQUIRED otherwise).
+        """Creates or replaces the budget of a project, workflow or agent (version + 1). Per-run caps,
+        model lists, pool membership and enforcement apply to runs opened afterwards (resolution
+        happens once at OpenRun); a pool's new limits apply at once to its shared balance. Errors:
+        VALIDATION_FAILED (e.g. scope RUN, a window on a per-run cap). Idempotent by request_id.
+        Role: admin (PERMISSION_DENIED ROLE_REQUIRED otherwise).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -224,8 +245,9 @@ class BudgetServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteScopeBudget(self, request, context):
-        """Deletes a scope budget; runs already opened keep their resolved budget. Deleting an absent
-        budget succeeds. Idempotent by request_id. Role: admin.
+        """Deletes a scope budget; runs already opened keep their resolved budget (a deleted pool no
+        longer limits them; its balance rows are kept). Deleting an absent budget succeeds.
+        Idempotent by request_id. Role: admin.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,213 @@
+"""Run lifecycle, scope budgets (caps, pools, windows), tenant isolation and roles."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import asyncpg
+import grpc
+from budget_support import USD, Budget, new_id, rpc_error
+from conftest import StartServer
+
+from budget_service.policy import Window, window_start
+from ration.budget.v1 import budget_pb2 as pb
+
+
+def status(run: pb.Run, dimension: int, scope: int = pb.SCOPE_RUN) -> pb.DimensionStatus:
+    return next(d for d in run.dimensions if d.dimension == dimension and d.binding_scope == scope)
+
+
+async def test_open_run_is_idempotent_per_run_id(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    first = await budget.open_run("r", project_id="p", max_tokens=10)
+    again = await budget.open_run("r", project_id="p", max_tokens=10)  # another request_id
+    assert again.run_id == first.run_id
+    assert again.created_at == first.created_at
+    assert len(await budget.events("r")) == 1  # one budget.reserved
+    other = await rpc_error(budget.open_run("r", project_id="p", max_tokens=11))
+    assert (other.code, other.reason) == (grpc.StatusCode.ALREADY_EXISTS, "RUN_EXISTS")
+    assert other.metadata == {"runId": "r"}
+    owner = await rpc_error(budget.open_run("r", project_id="q", max_tokens=10))
+    assert owner.reason == "RUN_EXISTS"
+    assert await db.fetchval("SELECT count(*) FROM budget.runs") == 1
+
+
+async def test_unknown_runs_are_not_found(budget_channel: grpc.aio.Channel) -> None:
+    budget = Budget(budget_channel)
+    for call in (budget.get_run("nope"), budget.reserve("nope", tokens=1), budget.check("nope")):
+        missing = await rpc_error(call)
+        assert (missing.code, missing.reason) == (grpc.StatusCode.NOT_FOUND, "RUN_NOT_FOUND")
+
+
+async def test_close_releases_holds_refuses_reserve_and_still_records_usage(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.open_run("r", max_tokens=100)
+    await budget.reserve("r", tokens=30)
+    await budget.reserve("r", tokens=30)
+    closed = await budget.close("r", pb.RUN_OUTCOME_CANCELLED)
+    assert closed.released_holds == 2
+    assert closed.run.state == pb.RUN_STATE_CLOSED
+    assert closed.run.outcome == pb.RUN_OUTCOME_CANCELLED
+    assert status(closed.run, pb.DIMENSION_TOKENS).held == 0
+    refused = await rpc_error(budget.reserve("r", tokens=1))
+    assert (refused.reason, refused.metadata) == ("RUN_CLOSED", {"state": "closed"})
+    consumed = await budget.consume("r", tokens=5)
+    assert consumed.state == pb.RUN_STATE_CLOSED
+    again = await budget.close("r")
+    assert (again.released_holds, again.run.outcome) == (0, pb.RUN_OUTCOME_CANCELLED)
+    states = await db.fetch("SELECT state FROM budget.holds")
+    assert sorted(r["state"] for r in states) == ["released", "released"]
+
+
+async def test_scope_caps_and_host_ceilings_bind_the_effective_budget(
+    start_server: StartServer,
+) -> None:
+    runner = await start_server("budget", RATION_MAX_BUDGET_COST_USD="5")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        budget = Budget(channel)
+        await budget.put_scope(pb.SCOPE_PROJECT, "p", max_tokens=500, max_cost_nanos=50 * USD)
+        await budget.put_scope(pb.SCOPE_WORKFLOW, "w", max_tokens=800)
+        run = await budget.open_run(
+            "r", project_id="p", workflow_id="w", max_tokens=1000, max_tool_calls=3
+        )
+        assert run.effective_budget.max_tokens == 500
+        assert run.effective_budget.max_cost_nanos == 5 * USD
+        tokens, cost = (
+            status(run, pb.DIMENSION_TOKENS, pb.SCOPE_PROJECT),
+            status(run, pb.DIMENSION_COST),
+        )
+        assert (tokens.binding_scope_id, tokens.limit) == ("p", 500)
+        assert (cost.clamped_by, cost.limit) == ("host", 5 * USD)
+        events = await budget.trace("r")
+        assert events[0] == (
+            "budget.reserved",
+            {
+                "effectiveBudget": {"maxTokens": 500, "maxCostUsd": 5.0, "maxToolCalls": 3},
+                "scope": "run",  # the narrowest scope binding any dimension (tool calls)
+            },
+        )
+
+
+async def test_a_pool_is_shared_by_every_run_of_its_scope(
+    budget_channel: grpc.aio.Channel,
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT,
+        "p",
+        kind=pb.SCOPE_BUDGET_KIND_POOLED,
+        window=pb.WINDOW_MONTH,
+        max_tokens=100,
+    )
+    await budget.open_run("a", project_id="p", max_tokens=1000)
+    await budget.open_run("b", project_id="p", max_tokens=1000)
+    hold = await budget.reserve("a", tokens=70)
+    held = await rpc_error(budget.reserve("b", tokens=40))  # fits run b, not the pool
+    assert held.reason == "BUDGET_HELD"
+    await budget.consume("a", hold.reservation.reservation_id, tokens=70)
+    breach = await rpc_error(budget.reserve("b", tokens=40))
+    assert (breach.reason, breach.metadata["observed"]) == ("BUDGET_EXHAUSTED", "110")
+    assert (await budget.get_run("b")).state == pb.RUN_STATE_FAILED
+    reply = await budget.stub.GetScopeBudget(
+        pb.GetScopeBudgetRequest(
+            scope=pb.SCOPE_PROJECT, scope_id="p", kind=pb.SCOPE_BUDGET_KIND_POOLED
+        )
+    )
+    tokens = next(d for d in reply.balance.dimensions if d.dimension == pb.DIMENSION_TOKENS)
+    assert (tokens.limit, tokens.consumed, tokens.held, tokens.remaining) == (100, 70, 0, 30)
+    assert reply.budget.version == 1
+
+
+async def test_a_new_window_is_a_new_balance_row(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT, "p", kind=pb.SCOPE_BUDGET_KIND_POOLED, window=pb.WINDOW_DAY, max_tokens=50
+    )
+    await budget.open_run("r", project_id="p")
+    await budget.consume("r", tokens=50)
+    assert (await rpc_error(budget.reserve("r", tokens=1))).reason == "BUDGET_EXHAUSTED"
+    await budget.open_run("next-day", project_id="p")
+    # Pretend yesterday's spend: the stored row moves one window back; nothing is reset.
+    await db.execute(
+        "UPDATE budget.pool_balances SET window_start = window_start - interval '1 day'"
+    )
+    granted = await budget.reserve("next-day", tokens=50)
+    assert granted.reservation.granted.tokens == 50
+    rows = await db.fetch(
+        "SELECT window_start, consumed_tokens, held_tokens FROM budget.pool_balances"
+        " ORDER BY window_start"
+    )
+    now = await db.fetchval("SELECT now()")
+    today = window_start(Window.DAY, now)
+    assert [(r["consumed_tokens"], r["held_tokens"]) for r in rows] == [(50, 0), (0, 50)]
+    assert rows[1]["window_start"] == today
+
+
+async def test_scope_budgets_can_be_replaced_read_and_deleted(
+    budget_channel: grpc.aio.Channel,
+) -> None:
+    budget = Budget(budget_channel)
+    first = await budget.put_scope(pb.SCOPE_AGENT, "a", max_retries=0, model_allow=[])
+    second = await budget.put_scope(pb.SCOPE_AGENT, "a", max_retries=2)
+    assert (first.version, second.version) == (1, 2)
+    assert first.policy.HasField("model_allow")
+    assert not second.policy.HasField("model_allow")
+    key = dict(scope=pb.SCOPE_AGENT, scope_id="a", kind=pb.SCOPE_BUDGET_KIND_PER_RUN_CAP)
+    got = await budget.stub.GetScopeBudget(pb.GetScopeBudgetRequest(**key))
+    assert got.budget.policy.max_retries == 2
+    assert not got.HasField("balance")
+    for _ in range(2):  # deleting an absent budget succeeds too
+        await budget.stub.DeleteScopeBudget(pb.DeleteScopeBudgetRequest(request_id=new_id(), **key))
+    missing = await rpc_error(budget.stub.GetScopeBudget(pb.GetScopeBudgetRequest(**key)))
+    assert (missing.code, missing.reason) == (grpc.StatusCode.NOT_FOUND, "SCOPE_BUDGET_NOT_FOUND")
+
+
+def token_file(path: Path) -> Path:
+    rows = [
+        ("reader-a", "a", ["reader"]),
+        ("writer-a", "a", ["writer"]),
+        ("admin-a", "a", ["admin"]),
+        ("writer-b", "b", ["writer"]),
+    ]
+    document = {
+        "tokens": [
+            {"sha256": hashlib.sha256(token.encode()).hexdigest(), "tenant": t, "roles": roles}
+            for token, t, roles in rows
+        ]
+    }
+    path.write_text(json.dumps(document))
+    return path
+
+
+async def test_tenants_are_isolated_and_roles_enforced(
+    start_server: StartServer, tmp_path: Path
+) -> None:
+    runner = await start_server("budget", RATION_TOKEN_FILE=str(token_file(tmp_path / "t.json")))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+
+        def as_(token: str) -> Budget:
+            return Budget(channel, (("authorization", f"Bearer {token}"),))
+
+        writer_a, reader_a, admin_a = as_("writer-a"), as_("reader-a"), as_("admin-a")
+        await writer_a.open_run("shared-name", max_tokens=10)
+        await as_("writer-b").open_run("shared-name", max_tokens=99)  # another tenant's run
+        assert (await reader_a.get_run("shared-name")).effective_budget.max_tokens == 10
+        denied = await rpc_error(reader_a.reserve("shared-name", tokens=1))
+        assert (denied.code, denied.reason) == (grpc.StatusCode.PERMISSION_DENIED, "ROLE_REQUIRED")
+        assert denied.metadata == {"role": "writer"}
+        not_admin = await rpc_error(writer_a.put_scope(pb.SCOPE_PROJECT, "p", max_tokens=1))
+        assert not_admin.metadata == {"role": "admin"}
+        await admin_a.put_scope(pb.SCOPE_PROJECT, "p", max_tokens=1)
+        await writer_a.open_run("only-a")
+        hidden = await rpc_error(as_("writer-b").get_run("only-a"))
+        assert hidden.reason == "RUN_NOT_FOUND"
+        anonymous = await rpc_error(Budget(channel).get_run("only-a"))
+        assert anonymous.code == grpc.StatusCode.UNAUTHENTICATED

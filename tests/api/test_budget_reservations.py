@@ -1,0 +1,215 @@
+"""The per-call protocol: contention, UP_TO, settling, overruns, release, expiry, idempotency."""
+
+from __future__ import annotations
+
+import asyncio
+
+import asyncpg
+import grpc
+from budget_support import Budget, new_id, row_counts, rpc_error
+from conftest import StartServer
+from google.rpc import error_details_pb2
+
+from ration.budget.v1 import budget_pb2 as pb
+
+
+def dimension(dimensions: list[pb.DimensionStatus], which: int) -> pb.DimensionStatus:
+    return next(d for d in dimensions if d.dimension == which and d.binding_scope == pb.SCOPE_RUN)
+
+
+async def test_contention_is_retryable_and_leaves_the_run_active(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.open_run("r", max_tokens=100)
+    first = await budget.reserve("r", tokens=60)
+    retry_id = new_id()
+    held = await rpc_error(budget.reserve("r", request_id=retry_id, tokens=50))
+    assert (held.code, held.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "BUDGET_HELD")
+    assert held.metadata == {
+        "dimension": "tokens",
+        "limit": "100",
+        "consumed": "0",
+        "held": "60",
+        "requested": "50",
+    }
+    retry = held.detail(error_details_pb2.RetryInfo)
+    assert retry is not None
+    assert retry.retry_delay.ToTimedelta().total_seconds() > 0
+    run = await budget.get_run("r")
+    assert run.state == pb.RUN_STATE_ACTIVE
+    assert [t for t, _ in await budget.trace("r")] == ["budget.reserved"]  # not a breach
+    # Once the hold is released, the same request (same request_id) is granted.
+    await budget.release("r", first.reservation.reservation_id)
+    granted = await budget.reserve("r", request_id=retry_id, tokens=50)
+    assert granted.reservation.granted.tokens == 50
+
+
+async def test_up_to_grants_what_is_left_of_tokens(budget_channel: grpc.aio.Channel) -> None:
+    budget = Budget(budget_channel)
+    await budget.open_run("r", max_tokens=1000)
+    await budget.reserve("r", tokens=700)
+    partial = await budget.reserve("r", tokens=500, mode=pb.RESERVE_MODE_UP_TO)
+    assert partial.reservation.requested.tokens == 500
+    assert partial.reservation.granted.tokens == 300
+    assert dimension(list(partial.dimensions), pb.DIMENSION_TOKENS).remaining == 0
+
+
+async def test_consume_settles_the_hold_and_reports_the_overrun(
+    budget_channel: grpc.aio.Channel,
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.open_run("r", max_tokens=1000)
+    hold = await budget.reserve("r", tokens=100, cost_nanos=5000)
+    consumed = await budget.consume(
+        "r", hold.reservation.reservation_id, tokens=130, cost_nanos=2000
+    )
+    assert consumed.overrun == pb.Amounts(tokens=30)
+    assert consumed.reservation_state == pb.RESERVATION_STATE_CONSUMED
+    tokens = dimension(list(consumed.dimensions), pb.DIMENSION_TOKENS)
+    assert (tokens.consumed, tokens.held, tokens.remaining) == (130, 0, 870)
+    again = await rpc_error(budget.consume("r", hold.reservation.reservation_id, tokens=1))
+    assert (again.reason, again.metadata) == ("RESERVATION_SETTLED", {"state": "consumed"})
+    released = await rpc_error(budget.release("r", hold.reservation.reservation_id))
+    assert (released.reason, released.metadata) == ("RESERVATION_SETTLED", {"state": "consumed"})
+
+
+async def test_release_voids_a_hold_once(budget_channel: grpc.aio.Channel) -> None:
+    budget = Budget(budget_channel)
+    await budget.open_run("r", max_tool_calls=1)
+    hold = await budget.reserve("r", tool_calls=1)
+    reply = await budget.release("r", hold.reservation.reservation_id)
+    assert reply.reservation.state == pb.RESERVATION_STATE_RELEASED
+    twice = await rpc_error(budget.release("r", hold.reservation.reservation_id))
+    assert (twice.code, twice.reason) == (
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "RESERVATION_SETTLED",
+    )
+    assert twice.metadata == {"state": "released"}
+    missing = await rpc_error(budget.release("r", "res_missing"))
+    assert (missing.code, missing.reason) == (grpc.StatusCode.NOT_FOUND, "RESERVATION_NOT_FOUND")
+    # Usage of a released hold is still recorded, without the hold.
+    late = await budget.consume("r", hold.reservation.reservation_id, tool_calls=1)
+    assert late.reservation_state == pb.RESERVATION_STATE_RELEASED
+    assert dimension(list(late.dimensions), pb.DIMENSION_TOOL_CALLS).consumed == 1
+
+
+async def expire_now(db: asyncpg.Connection, reservation_id: str) -> None:
+    """Moves a hold's expiry into the past (the database clock decides, no sleeping)."""
+    await db.execute(
+        "UPDATE budget.holds SET expires_at = now() - interval '1 second'"
+        " WHERE reservation_id = $1",
+        reservation_id,
+    )
+
+
+async def test_an_expired_hold_stops_counting_at_once(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.open_run("r", max_tokens=100)
+    hold = await budget.reserve("r", tokens=80, ttl_seconds=60)
+    assert hold.reservation.expires_at.ToDatetime() > hold.reservation.created_at.ToDatetime()
+    await expire_now(db, hold.reservation.reservation_id)
+    before = await row_counts(db)
+    check = await budget.check("r", tokens=100)
+    assert check.would_grant
+    assert dimension(list(check.dimensions), pb.DIMENSION_TOKENS).held == 0
+    assert await row_counts(db) == before  # Check wrote nothing, not even the expiry
+    state = "SELECT state FROM budget.holds WHERE reservation_id = $1"
+    assert await db.fetchval(state, hold.reservation.reservation_id) == "open"
+    granted = await budget.reserve("r", tokens=100)  # expires the old hold first
+    assert granted.reservation.granted.tokens == 100
+    assert await db.fetchval(state, hold.reservation.reservation_id) == "expired"
+    late = await budget.consume("r", hold.reservation.reservation_id, tokens=5)
+    assert late.reservation_state == pb.RESERVATION_STATE_EXPIRED
+    assert late.overrun == pb.Amounts()
+    settled = await rpc_error(budget.release("r", hold.reservation.reservation_id))
+    assert settled.metadata == {"state": "expired"}
+    decisions = await db.fetch(
+        "SELECT decision, consumed_tokens, held_tokens FROM budget.ledger"
+        " WHERE reservation_id = $1 ORDER BY entry_id",
+        hold.reservation.reservation_id,
+    )
+    # The hold ended once (expired); the late usage names it but settles nothing.
+    assert [tuple(r) for r in decisions] == [
+        ("grant", 0, 80),
+        ("expire", 0, -80),
+        ("consume", 5, 0),
+    ]
+
+
+async def test_the_sweeper_expires_overdue_holds_on_its_own(
+    start_server: StartServer, db: asyncpg.Connection
+) -> None:
+    runner = await start_server("budget", RATION_SWEEP_INTERVAL_MS="20")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        budget = Budget(channel)
+        await budget.open_run("r", max_tokens=100)
+        hold = await budget.reserve("r", tokens=80)
+        await expire_now(db, hold.reservation.reservation_id)
+        query = "SELECT held_tokens FROM budget.runs WHERE run_id = 'r'"
+        for _ in range(500):  # waits for a condition, bounded; not a timing assertion
+            if await db.fetchval(query) == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert await db.fetchval(query) == 0
+        row = await db.fetchrow(
+            "SELECT decision, request_id FROM budget.ledger WHERE reservation_id = $1"
+            " ORDER BY entry_id DESC LIMIT 1",
+            hold.reservation.reservation_id,
+        )
+        assert (row["decision"], row["request_id"]) == ("expire", None)
+
+
+async def test_a_retry_replays_the_response_and_never_counts_twice(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.open_run("r", max_tokens=1000)
+    reserve_id, consume_id = new_id(), new_id()
+    first = await budget.reserve("r", request_id=reserve_id, tokens=100)
+    again = await budget.reserve("r", request_id=reserve_id, tokens=100)
+    assert again == first
+    used = await budget.consume(
+        "r", first.reservation.reservation_id, request_id=consume_id, tokens=90
+    )
+    replay = await budget.consume(
+        "r", first.reservation.reservation_id, request_id=consume_id, tokens=90
+    )
+    assert replay == used
+    tokens = dimension(list((await budget.get_run("r")).dimensions), pb.DIMENSION_TOKENS)
+    assert (tokens.consumed, tokens.held) == (90, 0)
+    assert await db.fetchval("SELECT count(*) FROM budget.holds") == 1
+    reused = await rpc_error(
+        budget.consume("r", first.reservation.reservation_id, request_id=consume_id, tokens=91)
+    )
+    assert (reused.code, reused.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "REQUEST_ID_REUSED")
+    assert reused.metadata == {"requestId": consume_id}
+
+
+async def test_concurrent_duplicates_count_once(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.open_run("r", max_tokens=10_000)
+    request_id = new_id()
+    replies = await asyncio.gather(
+        *(budget.consume("r", request_id=request_id, tokens=7) for _ in range(8))
+    )
+    assert all(reply == replies[0] for reply in replies)
+    assert await db.fetchval("SELECT consumed_tokens FROM budget.runs") == 7
+    # Twins of a Consume that settles a hold: the ones that waited for the run lock replay the
+    # first one's response instead of finding the hold consumed (RESERVATION_SETTLED).
+    hold = await budget.reserve("r", tokens=50)
+    settle_id = new_id()
+    settled = await asyncio.gather(
+        *(
+            budget.consume("r", hold.reservation.reservation_id, request_id=settle_id, tokens=40)
+            for _ in range(8)
+        )
+    )
+    assert all(reply == settled[0] for reply in settled)
+    assert settled[0].reservation_state == pb.RESERVATION_STATE_CONSUMED
+    assert await db.fetchval("SELECT consumed_tokens FROM budget.runs") == 47
+    assert await db.fetchval("SELECT count(*) FROM budget.ledger WHERE decision = 'consume'") == 2

@@ -1,0 +1,250 @@
+"""Two budget replicas, 200 clients, a SIGKILL: no overspend, no double count, no lost usage."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import random
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import asyncpg
+import grpc
+import pytest
+from budget_support import Budget, assert_ledger_matches_balances
+from procs import BIN, Proc, clean_env
+
+from ration.budget.v1 import budget_pb2 as pb
+
+pytestmark = pytest.mark.system
+
+CLIENTS = 200
+ITERATIONS = 6
+RUN_LIMIT = 8_000
+POOL_LIMIT = 12_000
+WORKER_RUNS = 10
+HOLD_TTL_SECONDS = 2
+DEADLINE = 55.0  # the whole load is bounded; never a speed assertion
+
+# consumed + held (overdue holds excluded, by the database clock) of the hot run and the pool.
+_EXPOSURE = """
+SELECT
+  (SELECT r.consumed_tokens + r.held_tokens - coalesce(
+      (SELECT sum(h.granted_tokens) FROM budget.holds h WHERE h.tenant_id = r.tenant_id
+         AND h.run_id = r.run_id AND h.state = 'open' AND h.expires_at <= now()), 0)
+   FROM budget.runs r WHERE r.run_id = 'hot') AS run,
+  (SELECT coalesce(sum(p.consumed_tokens + p.held_tokens), 0) - coalesce(
+      (SELECT sum(h.granted_tokens) FROM budget.holds h
+         WHERE h.state = 'open' AND h.expires_at <= now()), 0)
+   FROM budget.pool_balances p WHERE p.scope_id = 'proj') AS pool
+"""
+
+
+@dataclass
+class Ledger:
+    """What clients saw acknowledged."""
+
+    consumed: dict[str, int] = field(default_factory=dict)  # run -> tokens acknowledged
+    acknowledged: dict[str, int] = field(default_factory=dict)  # consume request_id -> tokens
+    replays: int = 0
+    failovers: int = 0
+    samples: list[tuple[int, int]] = field(default_factory=list)
+
+
+class Cluster:
+    """Channels to both replicas; a call that finds a replica gone retries elsewhere with the
+    same request (and so the same request_id), as the real client does on UNAVAILABLE."""
+
+    def __init__(self, addresses: list[str]) -> None:
+        self.channels = [grpc.aio.insecure_channel(a) for a in addresses for _ in range(2)]
+        self.budgets = [Budget(c) for c in self.channels]
+        self.dead: set[int] = set()
+
+    def pick(self, client: int) -> list[Budget]:
+        order = [client % len(self.budgets), *range(len(self.budgets))]
+        return [self.budgets[i] for i in dict.fromkeys(order) if i // 2 not in self.dead]
+
+    async def call(self, client: int, ledger: Ledger, method: str, request: object) -> object:
+        last: grpc.aio.AioRpcError | None = None
+        for attempt in range(8):
+            for budget in self.pick(client):
+                try:
+                    return await getattr(budget.stub, method)(request, timeout=10)
+                except grpc.aio.AioRpcError as error:
+                    if error.code() not in (
+                        grpc.StatusCode.UNAVAILABLE,
+                        grpc.StatusCode.DEADLINE_EXCEEDED,
+                    ):
+                        raise
+                    last = error
+                    ledger.failovers += 1
+            await asyncio.sleep(0.05 * (attempt + 1))
+        assert last is not None
+        raise last
+
+    async def close(self) -> None:
+        for channel in self.channels:
+            await channel.close()
+
+
+async def client(
+    index: int, cluster: Cluster, ledger: Ledger, progress: asyncio.Event, rng: random.Random
+) -> None:
+    run_id = "hot" if index % 2 == 0 else f"worker-{index % WORKER_RUNS}"
+    for _ in range(ITERATIONS):
+        reserve = pb.ReserveRequest(
+            request_id=uuid.uuid4().hex,
+            run_id=run_id,
+            model="gpt-4o",
+            estimate=pb.Amounts(tokens=rng.randint(20, 80)),
+            ttl_seconds=HOLD_TTL_SECONDS,
+        )
+        try:
+            hold = await cluster.call(index, ledger, "Reserve", reserve)
+        except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "held" in (
+                error.details() or ""
+            ):
+                await asyncio.sleep(0.01)
+                continue
+            return  # exhausted or failed: this run is done
+        assert isinstance(hold, pb.ReserveResponse)
+        reservation = hold.reservation
+        if rng.random() < 0.1:
+            continue  # a leaked hold: it must expire and stop counting
+        usage = rng.randint(0, reservation.granted.tokens)
+        consume = pb.ConsumeRequest(
+            request_id=uuid.uuid4().hex,
+            run_id=run_id,
+            reservation_id=reservation.reservation_id,
+            model="gpt-4o",
+            usage=pb.Amounts(tokens=usage),
+        )
+        # A duplicate in flight and a retry afterwards: all three must count once.
+        first, twin = await asyncio.gather(
+            cluster.call(index, ledger, "Consume", consume),
+            cluster.call(index + 1, ledger, "Consume", consume),
+        )
+        again = await cluster.call(index, ledger, "Consume", consume)
+        assert first == twin == again
+        ledger.replays += 2
+        ledger.consumed[run_id] = ledger.consumed.get(run_id, 0) + usage
+        ledger.acknowledged[consume.request_id] = usage
+        if len(ledger.acknowledged) >= 150:
+            progress.set()
+
+
+async def monitor(database_url: str, ledger: Ledger, done: asyncio.Event) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        while not done.is_set():
+            row = await conn.fetchrow(_EXPOSURE)
+            ledger.samples.append((row["run"] or 0, row["pool"] or 0))
+            await asyncio.sleep(0.02)
+    finally:
+        await conn.close()
+
+
+async def load(procs: list[Proc], database_url: str) -> Ledger:
+    cluster = Cluster([p.addresses["budget"] for p in procs])
+    setup = cluster.budgets[0]
+    await setup.put_scope(
+        pb.SCOPE_PROJECT, "proj", kind=pb.SCOPE_BUDGET_KIND_POOLED, max_tokens=POOL_LIMIT
+    )
+    await setup.open_run("hot", project_id="proj", max_tokens=RUN_LIMIT)
+    for i in range(WORKER_RUNS):
+        await setup.open_run(f"worker-{i}", project_id="proj")
+    ledger, progress, done = Ledger(), asyncio.Event(), asyncio.Event()
+    watcher = asyncio.create_task(monitor(database_url, ledger, done))
+    rng = random.Random(84)
+
+    async def kill_replica() -> None:
+        await progress.wait()
+        procs[1].send(signal.SIGKILL)  # mid-load, no goodbye
+        cluster.dead.add(1)
+
+    killer = asyncio.create_task(kill_replica())
+    clients = [client(i, cluster, ledger, progress, rng) for i in range(CLIENTS)]
+    await asyncio.wait_for(asyncio.gather(*clients), DEADLINE)
+    done.set()
+    await watcher
+    killer.cancel()
+    await cluster.close()
+    return ledger
+
+
+async def settle_and_check(database_url: str, ledger: Ledger) -> None:
+    conn = await asyncpg.connect(database_url)
+    try:
+        # The killed replica's holds (and leaked ones) expire by the clock; the survivor's
+        # sweeper marks them. Bounded wait for that condition.
+        deadline = time.monotonic() + 30
+        while await conn.fetchval("SELECT count(*) FROM budget.holds WHERE state = 'open'"):
+            assert time.monotonic() < deadline, "open holds never expired"
+            await asyncio.sleep(0.1)
+        runs = {r["run_id"]: r for r in await conn.fetch("SELECT * FROM budget.runs")}
+        assert all(r["held_tokens"] == 0 for r in runs.values())
+        for run_id, tokens in ledger.consumed.items():
+            assert runs[run_id]["consumed_tokens"] == tokens, run_id  # once, despite retries
+        pool = await conn.fetchrow(
+            "SELECT sum(consumed_tokens) AS consumed, sum(held_tokens) AS held"
+            " FROM budget.pool_balances WHERE scope_id = 'proj'"
+        )
+        assert pool["consumed"] == sum(ledger.consumed.values()) <= POOL_LIMIT
+        assert pool["held"] == 0
+        assert runs["hot"]["consumed_tokens"] <= RUN_LIMIT
+        rows = await conn.fetch(
+            "SELECT request_id, consumed_tokens FROM budget.ledger WHERE decision = 'consume'"
+        )
+        recorded = {r["request_id"]: r["consumed_tokens"] for r in rows}
+        assert len(rows) == len(recorded)  # one row per request, whatever the retries
+        assert recorded == ledger.acknowledged  # every acknowledged Consume, nothing else
+        expired = await conn.fetchval("SELECT count(*) FROM budget.holds WHERE state = 'expired'")
+        assert expired > 0
+        await assert_ledger_matches_balances(conn)
+    finally:
+        await conn.close()
+
+
+def drain_stderr(proc: Proc) -> collections.deque[str]:
+    """Keeps reading a replica's log: a full stderr pipe would block the server mid-load."""
+    tail: collections.deque[str] = collections.deque(maxlen=200)
+
+    def pump() -> None:
+        assert proc.popen.stderr is not None
+        for line in proc.popen.stderr:
+            tail.append(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return tail
+
+
+def test_two_replicas_under_load_never_overspend_and_survive_a_kill(database_url: str) -> None:
+    env = clean_env(
+        RATION_DATABASE_URL=database_url,
+        RATION_SWEEP_INTERVAL_MS="100",
+        RATION_DB_POOL_MAX="20",
+        RATION_DB_ACQUIRE_TIMEOUT_MS="5000",
+        RATION_LOG_LEVEL="WARNING",
+    )
+    procs = [Proc.start([str(BIN / "ration"), "budget", "serve"], env) for _ in range(2)]
+    logs = [drain_stderr(proc) for proc in procs]
+    try:
+        for proc in procs:
+            proc.wait_for("ready:")
+        ledger = asyncio.run(load(procs, database_url))
+        assert procs[1].popen.wait(timeout=30) == -signal.SIGKILL
+        assert ledger.failovers > 0, "the kill should have been noticed by some clients"
+        assert len(ledger.acknowledged) > 150
+        assert ledger.samples
+        assert all(run <= RUN_LIMIT for run, _ in ledger.samples)
+        assert all(pool <= POOL_LIMIT for _, pool in ledger.samples)
+        asyncio.run(settle_and_check(database_url, ledger))
+    finally:
+        for proc in procs:
+            if proc.popen.poll() is None:
+                proc.stop()
+    assert procs[0].popen.returncode == 0, "".join(logs[0])
