@@ -162,12 +162,20 @@ def resume_run(request: pb.ResumeRunRequest) -> tuple[cmd.Mutation, cmd.ResumeRu
     return mutation, cmd.ResumeRun(request.run_id, delta, request.approver)
 
 
+def _model(model: str, amounts: Mapping[Dimension, int]) -> list[FieldViolation]:
+    """A model call (tokens or cost) names its model; a tool call or retry may leave it empty,
+    and then no model policy applies to it."""
+    if not model and not (amounts.get(Dimension.TOKENS) or amounts.get(Dimension.COST)):
+        return []
+    return v.validate_model_id(model)
+
+
 def reserve(request: pb.ReserveRequest, max_ttl_seconds: int) -> tuple[cmd.Mutation, cmd.Reserve]:
     found = _Violations()
     mutation = _mutation("Reserve", request, found)
     found += v.validate_run_id(request.run_id)
-    found += v.validate_model_id(request.model)
     estimate = _amounts(request.estimate, "estimate", found)
+    found += _model(request.model, estimate)
     if all(amount == 0 for amount in estimate.values()):
         found.append(FieldViolation("estimate", "must ask for at least one dimension"))
     found += v.validate_ttl(request.ttl_seconds, max_ttl_seconds)
@@ -181,8 +189,8 @@ def consume(request: pb.ConsumeRequest) -> tuple[cmd.Mutation, cmd.Consume]:
     mutation = _mutation("Consume", request, found)
     found += v.validate_run_id(request.run_id)
     found += v.validate_optional_id(request.reservation_id, "reservation_id")
-    found += v.validate_model_id(request.model)
     usage = _amounts(request.usage, "usage", found)
+    found += _model(request.model, usage)
     found.check()
     return mutation, cmd.Consume(request.run_id, request.reservation_id, request.model, usage)
 

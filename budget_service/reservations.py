@@ -89,7 +89,8 @@ class Reservations:
             except DomainError as state_error:
                 return await self._refuse(conn, unit, command, state_error, tally)
             verdict = model_verdict(command.model, run.budget.model_lists)
-            if not verdict.allowed:  # before any spend
+            # A tool-call or retry hold names no model: model policy governs model calls only.
+            if command.model and not verdict.allowed:  # before any spend
                 denied = model_denied_error(command.model, verdict.scope or Scope.RUN)
                 if refused:
                     return await self._refuse(conn, unit, command, denied, tally)

@@ -76,3 +76,19 @@ async def test_an_empty_allow_list_allows_nothing(
         assert (await budget.reserve("any", model=model, tokens=1)).reservation.reservation_id
     assert await holds(db, "none") == 0
     assert (await budget.get_run("none")).state == pb.RUN_STATE_ACTIVE
+
+
+async def test_tool_call_holds_name_no_model_and_skip_model_policy(
+    budget_channel: grpc.aio.Channel,
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.open_run("r", model_allow=[], max_tool_calls=2)
+    # An empty allow list denies every model call, but a tool call is not a model call.
+    granted = await budget.reserve("r", model="", tool_calls=1)
+    assert granted.reservation.granted.tool_calls == 1
+    consumed = await budget.consume("r", granted.reservation.reservation_id, model="", tool_calls=1)
+    assert consumed.state == pb.RUN_STATE_ACTIVE
+    # A model call must say which model it uses.
+    refused = await rpc_error(budget.reserve("r", model="", tokens=10))
+    assert refused.reason == "VALIDATION_FAILED"
+    assert refused.code == grpc.StatusCode.INVALID_ARGUMENT

@@ -38,6 +38,7 @@ class Proc:
     popen: subprocess.Popen[str]
     lines: list[str] = field(default_factory=list)
     pending: queue.Queue[str | None] = field(default_factory=queue.Queue)
+    errors: list[str] = field(default_factory=list)
     addresses: dict[str, str] = field(default_factory=dict)
     metrics: dict[str, str] = field(default_factory=dict)
 
@@ -54,7 +55,14 @@ class Proc:
         )
         proc = cls(popen)
         threading.Thread(target=proc._pump, daemon=True).start()
+        threading.Thread(target=proc._drain, daemon=True).start()
         return proc
+
+    def _drain(self) -> None:
+        # Always read stderr: a server that logs a lot would block on a full pipe otherwise.
+        assert self.popen.stderr is not None
+        for line in self.popen.stderr:
+            self.errors.append(line)
 
     def _pump(self) -> None:
         # A thread, not select(): text-mode readline buffers lines that select() cannot see.
@@ -91,9 +99,10 @@ class Proc:
         )
 
     def stderr_tail(self) -> str:
-        if self.popen.poll() is None or self.popen.stderr is None:
-            return "(running)"
-        return self.popen.stderr.read()[-3000:]
+        if self.popen.poll() is None:
+            return "".join(self.errors[-40:])[-3000:] or "(running)"
+        time.sleep(0.2)  # let the drain thread read the last lines
+        return "".join(self.errors)
 
     def send(self, sig: int = signal.SIGINT) -> None:
         os.killpg(self.popen.pid, sig)
