@@ -59,7 +59,7 @@ class BudgetClient:
         self,
         run_id: str,
         *,
-        project_id: str = "",
+        project_id: str,
         workflow_id: str = "",
         agent_id: str = "",
         policy: budget_pb2.BudgetPolicy | None = None,

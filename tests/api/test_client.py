@@ -1,0 +1,240 @@
+"""ration_client against real servers: retries, typed errors, holds that never leak."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+from conftest import StartServer
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+from ration.budget.v1 import budget_pb2
+from ration_client import (
+    Amounts,
+    BudgetClient,
+    BudgetExhausted,
+    BudgetHeld,
+    BudgetPolicy,
+    CapacityExceeded,
+    InvalidRequest,
+    MemoryClient,
+    ModelDenied,
+    ModelPatterns,
+    NotFound,
+    RunExists,
+    usd,
+)
+from ration_client import errors as client_errors
+
+
+class LoseFirstResponse(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+    """Lets the first call of `method` reach the server, then reports UNAVAILABLE to the caller:
+    the effect happened but the response was lost, as when a connection drops."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.dropped = 0
+        self.request_ids: list[str] = []
+
+    async def intercept_unary_unary(
+        self, continuation: Any, details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        call = await continuation(details, request)
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if method.endswith(self.method):
+            self.request_ids.append(request.request_id)
+            if not self.dropped:
+                await call  # the server applied it
+                self.dropped += 1
+                raise grpc.aio.AioRpcError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.aio.Metadata(),
+                    grpc.aio.Metadata(),
+                    "connection lost (injected)",
+                )
+        return call
+
+
+@pytest.fixture
+async def budget_address(start_server: StartServer) -> str:
+    runner = await start_server("budget")
+    return f"127.0.0.1:{runner.port}"
+
+
+async def test_retry_after_unavailable_reuses_the_request_id_and_counts_once(
+    budget_address: str, db: asyncpg.Connection
+) -> None:
+    lose = LoseFirstResponse("/Consume")
+    async with BudgetClient(budget_address, interceptors=[lose]) as budget:
+        await budget.open_run("r1", project_id="p", policy=BudgetPolicy(max_tokens=1000))
+        async with budget.call("r1", model="gpt-4o", estimate=Amounts(tokens=100)) as hold:
+            await hold.consume(Amounts(tokens=80))
+        run = await budget.get_run("r1")
+    assert lose.dropped == 1
+    assert len(lose.request_ids) == 2
+    assert lose.request_ids[0] == lose.request_ids[1]
+    tokens = next(d for d in run.dimensions if d.dimension == budget_pb2.DIMENSION_TOKENS)
+    assert (tokens.consumed, tokens.held) == (80, 0)
+    consumes = await db.fetchval(
+        "SELECT count(*) FROM budget.ledger WHERE run_id = 'r1' AND decision = 'consume'"
+    )
+    assert consumes == 1
+
+
+async def test_documented_refusals_raise_their_typed_exceptions(budget_address: str) -> None:
+    async with BudgetClient(budget_address) as budget:
+        with pytest.raises(NotFound) as missing:
+            await budget.get_run("nope")
+        assert missing.value.reason == "RUN_NOT_FOUND"
+        policy = BudgetPolicy(
+            max_cost_nanos=usd("1.00"),
+            max_tokens=100,
+            model_allow=ModelPatterns(patterns=["claude-*"]),
+        )
+        await budget.open_run("r2", project_id="p", policy=policy)
+        with pytest.raises(RunExists):
+            await budget.open_run("r2", project_id="p", policy=BudgetPolicy(max_tokens=5))
+        with pytest.raises(ModelDenied) as denied:
+            await budget.reserve("r2", model="gpt-4o", estimate=Amounts(tokens=1))
+        assert (denied.value.model, denied.value.scope) == ("gpt-4o", "run")
+        with pytest.raises(InvalidRequest) as invalid:
+            await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=-5))
+        assert any(field.startswith("estimate") for field, _ in invalid.value.violations)
+        first = await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=60))
+        with pytest.raises(BudgetHeld) as held:
+            await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=60))
+        assert held.value.retry_after_seconds > 0
+        assert held.value.retryable
+        await budget.release("r2", first.reservation.reservation_id)
+        with pytest.raises(BudgetExhausted) as exhausted:
+            await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=101))
+        assert (exhausted.value.dimension, exhausted.value.limit) == ("tokens", "100")
+        assert exhausted.value.observed == "101"
+
+
+async def test_memory_capacity_refusal_is_capacity_exceeded(start_server: StartServer) -> None:
+    runner = await start_server("memory", RATION_MEMORY_MAX_ACTIVE_ENTRIES="1")
+    async with MemoryClient(f"127.0.0.1:{runner.port}") as memory:
+        await memory.append("agent/1", ["first fact"])
+        with pytest.raises(CapacityExceeded) as refused:
+            await memory.append("agent/1", ["second fact"])
+    assert (refused.value.dimension, refused.value.limit) == ("active_entries", "1")
+    assert refused.value.observed == "2"
+
+
+def rpc_error(reason: str, code: grpc.StatusCode) -> grpc.aio.AioRpcError:
+    info = any_pb2.Any()
+    info.Pack(error_details_pb2.ErrorInfo(reason=reason, domain="ration.budget.v1"))
+    status = status_pb2.Status(code=code.value[0], message="m", details=[info])
+    trailing = grpc.aio.Metadata(("grpc-status-details-bin", status.SerializeToString()))
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), trailing, "m")
+
+
+DOCUMENTED = {  # DESIGN.md section 11, reason → code
+    "VALIDATION_FAILED": grpc.StatusCode.INVALID_ARGUMENT,
+    "REQUEST_ID_REUSED": grpc.StatusCode.INVALID_ARGUMENT,
+    "UNAUTHENTICATED": grpc.StatusCode.UNAUTHENTICATED,
+    "ROLE_REQUIRED": grpc.StatusCode.PERMISSION_DENIED,
+    "RUN_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "RESERVATION_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "MEMORY_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "ENTRY_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
+    "RUN_EXISTS": grpc.StatusCode.ALREADY_EXISTS,
+    "BUDGET_EXHAUSTED": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "BUDGET_HELD": grpc.StatusCode.RESOURCE_EXHAUSTED,
+    "BUDGET_MODEL_DENIED": grpc.StatusCode.FAILED_PRECONDITION,
+    "RUN_INTERRUPTED": grpc.StatusCode.FAILED_PRECONDITION,
+    "RUN_CLOSED": grpc.StatusCode.FAILED_PRECONDITION,
+    "RESERVATION_SETTLED": grpc.StatusCode.FAILED_PRECONDITION,
+    "MEMORY_CAPACITY_EXCEEDED": grpc.StatusCode.FAILED_PRECONDITION,
+    "COMPACTION_DISABLED": grpc.StatusCode.FAILED_PRECONDITION,
+    "RELEVANCE_UNAVAILABLE": grpc.StatusCode.FAILED_PRECONDITION,
+    "HISTORY_WINDOW_EXCEEDED": grpc.StatusCode.FAILED_PRECONDITION,
+    "REVISION_CONFLICT": grpc.StatusCode.ABORTED,
+    "STORE_UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+}
+
+
+@pytest.mark.parametrize(("reason", "code"), sorted(DOCUMENTED.items()))
+def test_every_documented_reason_maps_to_its_exception(reason: str, code: grpc.StatusCode) -> None:
+    error = client_errors.decode(rpc_error(reason, code))
+    assert type(error) is client_errors.BY_REASON[reason]
+    assert type(error) is not client_errors.RationError
+    assert (error.reason, error.code) == (reason, code)
+
+
+async def hold_state(db: asyncpg.Connection, run_id: str) -> list[str]:
+    rows = await db.fetch("SELECT state FROM budget.holds WHERE run_id = $1", run_id)
+    return [r["state"] for r in rows]
+
+
+async def test_a_hold_left_by_an_exception_is_released(
+    budget_address: str, db: asyncpg.Connection
+) -> None:
+    async with BudgetClient(budget_address) as budget:
+        await budget.open_run("r3", project_id="p", policy=BudgetPolicy(max_tokens=1000))
+        with pytest.raises(RuntimeError, match="provider failed"):
+            async with budget.call("r3", model="gpt-4o", estimate=Amounts(tokens=500)):
+                raise RuntimeError("provider failed")
+        run = await budget.get_run("r3")
+    assert await hold_state(db, "r3") == ["released"]
+    assert all(d.held == 0 for d in run.dimensions)
+
+
+async def test_a_hold_of_a_cancelled_task_is_released_not_left_to_expire(
+    budget_address: str, db: asyncpg.Connection
+) -> None:
+    async with BudgetClient(budget_address) as budget:
+        await budget.open_run("r4", project_id="p", policy=BudgetPolicy(max_tokens=1000))
+        inside = asyncio.Event()
+
+        async def agent_step() -> None:
+            async with budget.call("r4", model="gpt-4o", estimate=Amounts(tokens=500)):
+                inside.set()
+                await asyncio.sleep(3600)  # a model call that never returns
+
+        task = asyncio.create_task(agent_step())
+        await inside.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert await hold_state(db, "r4") == ["released"]
+
+
+async def test_tool_call_helper_holds_and_settles_one_tool_call(
+    budget_address: str, db: asyncpg.Connection
+) -> None:
+    async with BudgetClient(budget_address) as budget:
+        await budget.open_run("r5", project_id="p", policy=BudgetPolicy(max_tool_calls=1))
+        async with budget.tool_call("r5") as tool:
+            assert tool.granted.tool_calls == 1
+            await tool.consume(Amounts(tool_calls=1))
+        with pytest.raises(BudgetExhausted):
+            async with budget.tool_call("r5"):
+                pass
+    assert await hold_state(db, "r5") == ["consumed"]
+
+
+async def test_watch_resumes_after_the_last_seen_event(budget_address: str) -> None:
+    async with BudgetClient(budget_address) as budget:
+        await budget.open_run(
+            "r6", project_id="p", policy=BudgetPolicy(max_tokens=100, threshold_percent=50)
+        )
+        await budget.consume("r6", model="gpt-4o", usage=Amounts(tokens=60))
+        seen = []
+        async for event in budget.watch("r6"):
+            seen.append(event.type)
+            if len(seen) == 3:
+                break
+        assert seen == ["budget.reserved", "budget.consumed", "budget.threshold.crossed"]
+        await budget.consume("r6", model="gpt-4o", usage=Amounts(tokens=40))
+        later = []
+        async for event in budget.watch("r6", after_seq=3):
+            later.append((event.seq, event.type))
+            if event.type == "budget.exhausted":
+                break
+        assert later == [(4, "budget.consumed"), (5, "budget.exhausted")]
