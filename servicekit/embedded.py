@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,9 @@ class EmbeddedPostgres:
         """Starts (or joins) the server and returns its connection URL."""
         import pgserver  # imported lazily: only the embedded path needs it
 
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        # pgserver runs postgres as an unprivileged user when we are root; it must reach the dir.
-        os.chmod(self.data_dir, 0o755)
+        # pgserver creates the data directory itself (initdb wants it private, 0700) and, when we
+        # are root, hands it to an unprivileged user; only the parent must exist.
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
         url = str(self._server.get_uri())
         log.info("embedded postgres started", extra={"data_dir": str(self.data_dir)})

@@ -43,6 +43,13 @@ def test_make_run_serves_both_on_embedded_postgres_and_ctrl_c_leaves_nothing(
     assert code in (0, -signal.SIGINT), proc.stderr_tail()
     assert "stopped" in proc.rest_of_stdout()
     assert processes_mentioning(str(data_dir)) == []
+    # A second start reuses the same data directory (the state a developer keeps between runs).
+    again = Proc.start([str(BIN / "ration"), "up"], clean_env(RATION_DATA_DIR=str(data_dir)))
+    try:
+        again.wait_for("ready:")
+    finally:
+        assert again.stop() == 0
+    assert processes_mentioning(str(data_dir)) == []
 
 
 def test_make_run_uses_database_url_and_creates_its_schemas(
