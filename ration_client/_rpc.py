@@ -7,7 +7,7 @@ import os
 import secrets
 import time
 import uuid
-from typing import Any
+from typing import Any, Self
 
 import grpc
 
@@ -62,3 +62,30 @@ class Caller:
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+class Client:
+    """What both clients share: address from the environment, one Caller, async context."""
+
+    ADDRESS_VARIABLE = ""
+    DEFAULT_ADDRESS = ""
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        token: str | None = None,
+        timeout: float = 5.0,
+        interceptors: list[Any] | None = None,
+    ) -> None:
+        address = address or os.environ.get(self.ADDRESS_VARIABLE, self.DEFAULT_ADDRESS)
+        self._rpc = Caller(address, token=token, timeout=timeout, interceptors=interceptors)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._rpc.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from types import TracebackType
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 import grpc
 
 from ration.budget.v1 import budget_pb2, budget_service_pb2_grpc
-from ration_client._rpc import Caller, new_request_id
+from ration_client._rpc import Client, new_request_id
 from ration_client.errors import Unavailable, decode
 
 Amounts = budget_pb2.Amounts
@@ -31,8 +30,11 @@ def usd(amount: str | int) -> int:
     return int(nanos)
 
 
-class BudgetClient:
+class BudgetClient(Client):
     """Async client; address and token default to RATION_BUDGET_ADDRESS and RATION_TOKEN."""
+
+    ADDRESS_VARIABLE = "RATION_BUDGET_ADDRESS"
+    DEFAULT_ADDRESS = "127.0.0.1:50051"
 
     def __init__(
         self,
@@ -42,18 +44,8 @@ class BudgetClient:
         timeout: float = 5.0,
         interceptors: list[Any] | None = None,
     ) -> None:
-        address = address or os.environ.get("RATION_BUDGET_ADDRESS", "127.0.0.1:50051")
-        self._rpc = Caller(address, token=token, timeout=timeout, interceptors=interceptors)
+        super().__init__(address, token=token, timeout=timeout, interceptors=interceptors)
         self._stub = budget_service_pb2_grpc.BudgetServiceStub(self._rpc.channel)  # type: ignore[no-untyped-call]
-
-    async def __aenter__(self) -> BudgetClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._rpc.close()
 
     async def open_run(
         self,

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ration.memory.v1 import memory_pb2, memory_service_pb2, memory_service_pb2_grpc
-from ration_client._rpc import Caller, new_request_id
+from ration_client._rpc import Client, new_request_id
 
 EntryInput = memory_pb2.EntryInput
 
@@ -24,8 +23,11 @@ def _secrets(secrets: Mapping[str, str] | None) -> list[memory_pb2.Secret]:
     return [memory_pb2.Secret(secret_id=k, value=v) for k, v in (secrets or {}).items()]
 
 
-class MemoryClient:
+class MemoryClient(Client):
     """Async client; address and token default to RATION_MEMORY_ADDRESS and RATION_TOKEN."""
+
+    ADDRESS_VARIABLE = "RATION_MEMORY_ADDRESS"
+    DEFAULT_ADDRESS = "127.0.0.1:50052"
 
     def __init__(
         self,
@@ -35,18 +37,8 @@ class MemoryClient:
         timeout: float = 5.0,
         interceptors: list[Any] | None = None,
     ) -> None:
-        address = address or os.environ.get("RATION_MEMORY_ADDRESS", "127.0.0.1:50052")
-        self._rpc = Caller(address, token=token, timeout=timeout, interceptors=interceptors)
+        super().__init__(address, token=token, timeout=timeout, interceptors=interceptors)
         self._stub = memory_service_pb2_grpc.MemoryServiceStub(self._rpc.channel)  # type: ignore[no-untyped-call]
-
-    async def __aenter__(self) -> MemoryClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        await self._rpc.close()
 
     async def append(
         self,
