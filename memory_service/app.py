@@ -8,17 +8,22 @@ import logging
 import grpc
 from prometheus_client import CollectorRegistry
 
+from memory_service.budget_link import BudgetLink
+from memory_service.candidate_cache import CandidateCache
 from memory_service.capabilities import MemoryCapabilities
 from memory_service.capacity import CapacityBudget
 from memory_service.compacting import MemoryCompaction
 from memory_service.compaction import CompactionPolicy
-from memory_service.metrics import MemoryMetrics
+from memory_service.embedding import Embedder, EmbedderUnavailable
+from memory_service.listing import MemoryReads
+from memory_service.metrics import ListMetrics, MemoryMetrics
 from memory_service.queries import MemoryQueries
 from memory_service.service import MemoryWrites
 from memory_service.servicer import MemoryServicer
 from memory_service.settings import MemorySettings
-from memory_service.tokens import TokenCounter, TokenizerUnavailable
+from memory_service.tokens import TokenCounter, TokenizerUnavailable, TokenUnit
 from memory_service.validation import InputLimits
+from memory_service.vectors import Vectors
 from memory_service.write_path import REQUEST_LOG, WritePath, WritePolicy
 from ration.memory.v1 import memory_service_pb2_grpc
 from servicekit.db import Database
@@ -67,25 +72,60 @@ def _checked(settings: MemorySettings) -> tuple[CapacityBudget, CompactionPolicy
         raise SettingsError(
             "; ".join(f"{_VARIABLES[p.field]} is invalid: {p.description}" for p in problems)
         )
+    if settings.cache_entries < 0:
+        raise SettingsError("RATION_MEMORY_CACHE_ENTRIES is invalid: must be >= 0 (0 = off)")
     return budget, policy
+
+
+def load_embedder(settings: MemorySettings) -> Embedder | None:
+    """The embedder, or None (semantic search off) when disabled or its files do not verify.
+
+    Unlike the tokenizer this is optional: without it the service still serves everything but
+    relevance, and says so in its capabilities instead of ranking by anything else.
+    """
+    if not settings.embedder:
+        log.info("embedder disabled (RATION_MEMORY_EMBEDDER=off): semantic search is off")
+        return None
+    try:
+        return Embedder.load()
+    except (EmbedderUnavailable, ImportError, OSError) as error:
+        log.warning("embedder unavailable: semantic search is off", extra={"reason": str(error)})
+        return None
 
 
 def factory(settings: MemorySettings) -> AppFactory:
     budget, policy = _checked(settings)
     try:
         # Loaded and hash-verified once per process; entry sizes are computed at write only.
-        counter = TokenCounter.load()
+        counter = TokenCounter.load(settings.tokenizer_dir)
     except TokenizerUnavailable as error:
         raise SettingsError(f"the memory service cannot start: {error}") from None
+    embedder = load_embedder(settings)
     limits = InputLimits(settings.max_entry_size_bytes, settings.max_batch_entries)
+    capabilities = MemoryCapabilities.from_settings(
+        settings,
+        injection_budget=True,
+        search_modes=("semantic", "filter") if embedder else ("filter",),
+    )
 
     def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
         path = WritePath(database, WritePolicy(budget, policy, limits), MemoryMetrics(registry))
+        link = BudgetLink(settings.budget_address) if settings.budget_address else None
+        reads = MemoryReads(
+            database,
+            CandidateCache(settings.cache_entries),
+            Vectors(embedder, database) if embedder else None,
+            link,
+            ListMetrics(registry),
+            TokenUnit(settings.token_counter),
+            settings.list_limit_cap,
+        )
         servicer = MemoryServicer(
-            MemoryCapabilities.from_settings(settings),
-            MemoryWrites(path, counter),
+            capabilities,
+            MemoryWrites(path, counter, embedder),
             MemoryCompaction(path),
             MemoryQueries(database, budget, policy, settings.max_history_revisions),
+            reads,
         )
 
         def register(server: grpc.aio.Server) -> None:
@@ -109,6 +149,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             migrations=[MIGRATIONS],
             register=register,
             background=[sweep_request_log],
+            close=link.close if link else None,
         )
 
     return build

@@ -8,10 +8,23 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from memory_service.redaction import Secret
+from memory_service.tokens import TokenUnit
 
 
 class OrganizeMode(enum.StrEnum):
     DEDUPE = "dedupe"
+
+
+class Rank(enum.StrEnum):
+    """ListMemory's order: newest first, or SearchMemory's semantic ranking."""
+
+    RECENCY = "recency"
+    RELEVANCE = "relevance"
+
+
+class SearchMode(enum.StrEnum):
+    SEMANTIC = "semantic"
+    FILTER = "filter"
 
 
 @dataclass(frozen=True)
@@ -113,3 +126,31 @@ class CitationQuery:
     revision: int
     entry_id: str
     entry_version_id: str
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """ListMemory. `unit` None means the advertised default; `unknown` names enum fields the
+    caller set to values this server does not know (refused as invalid)."""
+
+    memory_ref: str
+    limit: int = 0  # 0 = no count limit (the server cap still applies)
+    tag: str = ""
+    token_budget: int = 0  # 0 = no budget
+    unit: TokenUnit | None = None
+    rank: Rank = Rank.RECENCY
+    query: str = ""
+    revision: int | None = None  # None = the head
+    run_id: str = ""
+    unknown: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SearchQuery:
+    memory_ref: str
+    query: str = ""
+    mode: SearchMode | None = None  # None: unspecified or unknown (refused as invalid)
+    limit: int = 0  # 0 = the default
+    tags: tuple[str, ...] = ()
+    kind: str | None = None  # None = any kind
+    revision: int | None = None

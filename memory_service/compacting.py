@@ -13,6 +13,7 @@ from memory_service.compaction import CompactionPlan, compaction_disabled_error,
 from memory_service.records import CapacityReport, Head
 from memory_service.revisions import plan_compaction_revision
 from memory_service.store import MemoryKey
+from memory_service.tenancy import for_tenant
 from memory_service.validation import raise_if, validate_compact
 from memory_service.write_path import Envelope, WritePath
 from servicekit.auth import Identity
@@ -89,6 +90,6 @@ class MemoryCompaction:
                 True, compaction.entry_ids, compaction.reclaimed_bytes, head.revision, capacity
             )
 
-        result = await self._path.db.transaction(work)
+        result = await for_tenant(self._path.db, identity.tenant).transaction(work)
         self._path.metrics.compactions.labels("dry_run").inc()
         return result

@@ -18,19 +18,40 @@ from memory_service.commands import (
     CompactMemory,
     EntryDraft,
     EntryVersionQuery,
+    ListQuery,
     OrganizeMemory,
     OrganizeMode,
+    Rank,
     ReviseEntry,
     RevisionsQuery,
+    SearchMode,
+    SearchQuery,
     WriteTarget,
 )
 from memory_service.redaction import Secret
+from memory_service.tokens import TokenUnit
 from memory_service.write_path import Envelope
 from ration.memory.v1 import memory_pb2, memory_service_pb2
 
 T = TypeVar("T")
 
 _ORGANIZE_MODES = {memory_pb2.ORGANIZE_MODE_DEDUPE: OrganizeMode.DEDUPE}
+# UNSPECIFIED means the default for these two (the advertised unit; recency).
+_UNITS: dict[int, TokenUnit | None] = {
+    memory_pb2.TOKEN_COUNTER_UNSPECIFIED: None,
+    memory_pb2.TOKEN_COUNTER_O200K_BASE: TokenUnit.O200K_BASE,
+    memory_pb2.TOKEN_COUNTER_CL100K_BASE: TokenUnit.CL100K_BASE,
+    memory_pb2.TOKEN_COUNTER_CHARS: TokenUnit.CHARS,
+}
+_RANKS = {
+    memory_pb2.RANK_UNSPECIFIED: Rank.RECENCY,
+    memory_pb2.RANK_RECENCY: Rank.RECENCY,
+    memory_pb2.RANK_RELEVANCE: Rank.RELEVANCE,
+}
+_SEARCH_MODES = {
+    memory_pb2.SEARCH_MODE_SEMANTIC: SearchMode.SEMANTIC,
+    memory_pb2.SEARCH_MODE_FILTER: SearchMode.FILTER,
+}
 
 
 def envelope(method: str, request: Message, encode: Callable[[T], bytes]) -> Envelope[T]:
@@ -126,3 +147,43 @@ def citation_query(request: memory_service_pb2.ValidateCitationRequest) -> Citat
     return CitationQuery(
         request.memory_ref, request.revision, request.entry_id, request.entry_version_id
     )
+
+
+def list_query(request: memory_service_pb2.ListMemoryRequest) -> ListQuery:
+    unknown = []
+    if request.token_counter not in _UNITS:
+        unknown.append("token_counter")
+    if request.rank not in _RANKS:
+        unknown.append("rank")
+    return ListQuery(
+        memory_ref=request.memory_ref,
+        limit=request.limit,
+        tag=request.tag,
+        token_budget=request.token_budget,
+        unit=_UNITS.get(request.token_counter),
+        rank=_RANKS.get(request.rank, Rank.RECENCY),
+        query=request.query,
+        revision=_optional(request, "revision"),
+        run_id=request.run_id,
+        unknown=tuple(unknown),
+    )
+
+
+def search_query(request: memory_service_pb2.SearchMemoryRequest) -> SearchQuery:
+    return SearchQuery(
+        memory_ref=request.memory_ref,
+        query=request.query,
+        mode=_SEARCH_MODES.get(request.mode),
+        limit=request.limit,
+        tags=tuple(request.tags),
+        kind=request.kind or None,
+        revision=_optional(request, "revision"),
+    )
+
+
+def authorization(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
+    """The caller's authorization header, forwarded to budget_service for the run_id clamp."""
+    for key, value in metadata or ():
+        if key == "authorization":
+            return str(value)
+    return None

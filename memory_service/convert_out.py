@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from google.protobuf import timestamp_pb2
 
@@ -12,12 +12,23 @@ from memory_service.capacity import Dimension
 from memory_service.compacting import CompactResult
 from memory_service.manifest import ChangeOp, ItemState
 from memory_service.queries import ChangesPage
-from memory_service.records import CapacityReport, RecordedChange, RevisionInfo, StoredVersion
+from memory_service.records import (
+    CapacityReport,
+    Item,
+    ListResult,
+    RecordedChange,
+    RevisionInfo,
+    SearchResult,
+    StoredVersion,
+)
+from memory_service.selection import StoppedBy
 from memory_service.service import AppendResult, OrganizeResult, ReviseResult
 from memory_service.tokens import TokenUnit
 from memory_service.write_path import WriteResult
 from ration.memory.v1 import memory_pb2, memory_service_pb2
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 _DIMENSIONS = {
     Dimension.MANIFEST_BYTES: memory_pb2.CAPACITY_DIMENSION_MANIFEST_BYTES,
     Dimension.MANIFEST_ENTRIES: memory_pb2.CAPACITY_DIMENSION_MANIFEST_ENTRIES,
@@ -30,6 +41,16 @@ _CHANGE_OPS = {
     ChangeOp.REACTIVATE: memory_pb2.CHANGE_OP_REACTIVATE,
     ChangeOp.COMPACT: memory_pb2.CHANGE_OP_COMPACT,
 }
+_UNITS = {
+    TokenUnit.O200K_BASE: memory_pb2.TOKEN_COUNTER_O200K_BASE,
+    TokenUnit.CL100K_BASE: memory_pb2.TOKEN_COUNTER_CL100K_BASE,
+    TokenUnit.CHARS: memory_pb2.TOKEN_COUNTER_CHARS,
+}
+_STOPPED_BY = {
+    StoppedBy.NONE: memory_pb2.STOPPED_BY_NONE,
+    StoppedBy.BUDGET: memory_pb2.STOPPED_BY_BUDGET,
+    StoppedBy.LIMIT: memory_pb2.STOPPED_BY_LIMIT,
+}
 _STATES = {
     ItemState.ACTIVE: memory_pb2.ENTRY_STATE_ACTIVE,
     ItemState.INACTIVE: memory_pb2.ENTRY_STATE_INACTIVE,
@@ -37,9 +58,10 @@ _STATES = {
 
 
 def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
-    stamp = timestamp_pb2.Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
+    """An aware datetime (every stored one is) as a Timestamp; integer arithmetic, so it is
+    exact and about three times cheaper than Timestamp.FromDatetime on the read path."""
+    seconds, micros = divmod((value - _EPOCH) // _MICROSECOND, 1_000_000)
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=micros * 1000)
 
 
 def capacity(report: CapacityReport) -> memory_pb2.Capacity:
@@ -214,4 +236,42 @@ def capabilities_response(caps: MemoryCapabilities) -> memory_service_pb2.GetCap
         ),
         max_history_revisions=caps.max_history_revisions,
         capabilities_json=caps.to_json(),
+    )
+
+
+def _item(item: Item) -> memory_pb2.MemoryItem:
+    return memory_pb2.MemoryItem(
+        entry_id=item.entry_id,
+        entry_version_id=item.entry_version_id,
+        kind=item.kind,
+        content=item.content,
+        tags=list(item.tags),
+        created_at=_timestamp(item.created_at),
+        size=item.size,
+        metadata=dict(item.metadata),
+    )
+
+
+def list_response(result: ListResult) -> memory_service_pb2.ListMemoryResponse:
+    response = memory_service_pb2.ListMemoryResponse(
+        entries=[_item(i) for i in result.entries],
+        total_tokens=result.total_tokens,
+        token_counter=_UNITS[result.unit],
+        candidate_count=result.candidate_count,
+        omitted_count=result.omitted_count,
+        stopped_by=_STOPPED_BY[result.stopped_by],
+        revision=result.revision,
+    )
+    if result.first_omitted is not None:
+        response.first_omitted_entry_id = result.first_omitted.entry_id
+        response.first_omitted_size = result.first_omitted.size
+    if result.effective_token_budget is not None:
+        response.effective_token_budget = result.effective_token_budget
+    return response
+
+
+def search_response(result: SearchResult) -> memory_service_pb2.SearchMemoryResponse:
+    return memory_service_pb2.SearchMemoryResponse(
+        hits=[memory_service_pb2.SearchHit(entry=_item(i), score=s) for i, s in result.hits],
+        revision=result.revision,
     )

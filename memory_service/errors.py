@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from servicekit.errors import DomainError, ErrorKind
+from servicekit.errors import DomainError, ErrorKind, RetryDetail
 
 
 def memory_not_found() -> DomainError:
@@ -54,3 +54,35 @@ def history_window_exceeded(requested: int, limit: int) -> DomainError:
         "read it in bounded windows",
         metadata={"requested": str(requested), "limit": str(limit)},
     )
+
+
+def relevance_unavailable() -> DomainError:
+    """No embedder: never a fabricated ranking (RFC 0113, DESIGN 4.7)."""
+    return DomainError(
+        ErrorKind.PRECONDITION,
+        "RELEVANCE_UNAVAILABLE",
+        "semantic ranking is not available on this server (no embedder); use RANK_RECENCY or "
+        "SEARCH_MODE_FILTER",
+    )
+
+
+def budget_link_unavailable(why: str) -> DomainError:
+    """run_id was given but the budget service cannot be asked (not configured, or refused us)."""
+    return DomainError(
+        ErrorKind.PRECONDITION,
+        "BUDGET_LINK_UNAVAILABLE",
+        f"run_id cannot be honoured: {why}",
+    )
+
+
+def budget_unavailable(code: str) -> DomainError:
+    return DomainError(
+        ErrorKind.UNAVAILABLE,
+        "BUDGET_UNAVAILABLE",
+        f"budget_service did not answer Check ({code}); retry",
+        detail=RetryDetail(0.5),
+    )
+
+
+def run_not_found() -> DomainError:
+    return DomainError(ErrorKind.NOT_FOUND, "RUN_NOT_FOUND", "no such run")

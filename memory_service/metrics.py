@@ -1,4 +1,4 @@
-"""Domain metrics of the memory service (capacity, redaction, compaction); never ids as labels."""
+"""Domain metrics of the memory service (capacity, redaction, compaction, ListMemory); no ids."""
 
 from __future__ import annotations
 
@@ -11,6 +11,11 @@ from memory_service.capacity import Dimension, Operation
 # Canonical content runs from ~0.5 KiB (one entry) to the 4 MiB default ceiling; the top bucket
 # leaves room for budgets raised above the default and memories over a lowered one.
 MANIFEST_BYTES_BUCKETS = tuple(float(1024 * 4**k) for k in range(7)) + (8.0 * 1024 * 1024,)
+# Injected tokens per ListMemory: from a single short note to whole-context injections.
+TOKENS_RETURNED_BUCKETS = (0.0,) + tuple(50.0 * 2**k for k in range(12))
+UTILIZATION_BUCKETS = tuple(round(0.1 * k, 1) for k in range(11))
+STOPPED_BY = ("none", "budget", "limit")
+RANKS = ("recency", "relevance")
 
 
 class MemoryMetrics:
@@ -72,3 +77,51 @@ class MemoryMetrics:
     def redacted(self, by_detector: Mapping[str, int]) -> None:
         for detector, count in by_detector.items():
             self.redactions.labels(detector).inc(count)
+
+
+class ListMetrics:
+    """ListMemory: what was injected, how much of the budget it used, and what was left out."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.tokens_returned = Histogram(
+            "ration_memory_list_tokens_returned",
+            "Size of the entries a ListMemory call returned, in its token counter's unit.",
+            ("token_counter",),
+            buckets=TOKENS_RETURNED_BUCKETS,
+            registry=registry,
+        )
+        self.budget_utilization = Histogram(
+            "ration_memory_list_budget_utilization_ratio",
+            "Returned size divided by the effective token budget (calls with a budget only).",
+            buckets=UTILIZATION_BUCKETS,
+            registry=registry,
+        )
+        self.omitted_entries = Counter(
+            "ration_memory_list_omitted_entries",
+            "Ranked candidates ListMemory left out (budget or limit), summed over calls.",
+            registry=registry,
+        )
+        self.requests = Counter(
+            "ration_memory_list_requests",
+            "ListMemory calls answered, by what ended the prefix and by ranking.",
+            ("stopped_by", "rank"),
+            registry=registry,
+        )
+        for stopped_by in STOPPED_BY:
+            for rank in RANKS:
+                self.requests.labels(stopped_by, rank)
+
+    def listed(
+        self,
+        token_counter: str,
+        rank: str,
+        stopped_by: str,
+        total: int,
+        omitted: int,
+        budget: int | None,
+    ) -> None:
+        self.tokens_returned.labels(token_counter).observe(total)
+        if budget:  # utilisation of "no budget" (or of a run with nothing left) is undefined
+            self.budget_utilization.observe(total / budget)
+        self.omitted_entries.inc(omitted)
+        self.requests.labels(stopped_by, rank).inc()

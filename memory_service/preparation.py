@@ -1,4 +1,4 @@
-"""Entries made ready to store: SR-1 redaction first, then ids, content hash and sizes."""
+"""Entries made ready to store: SR-1 redaction first, then ids, hash, sizes and embedding."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from memory_service.commands import EntryDraft
+from memory_service.embedding import Embedder, to_bytes
 from memory_service.ids import new_entry_id, new_version_id
 from memory_service.manifest import content_hash
 from memory_service.redaction import DETECTOR_NAMES, Secret, redact
@@ -30,6 +31,8 @@ class PreparedEntry:
     content_hash: str
     expires_at: datetime | None
     sizes: Mapping[TokenUnit, int]
+    # float32 sentence vector of the redacted content; None when written without an embedder.
+    embedding: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -42,13 +45,16 @@ class Prepared:
 
 
 def prepare_entries(
-    drafts: Sequence[EntryDraft], secrets: Sequence[Secret], counter: TokenCounter
+    drafts: Sequence[EntryDraft],
+    secrets: Sequence[Secret],
+    counter: TokenCounter,
+    embedder: Embedder | None = None,
 ) -> Prepared:
-    """Redact every text field, then hash and size the redacted content.
+    """Redact every text field, then hash, size and embed the redacted content.
 
-    CPU-bound (regexes and BPE): callers run it off the event loop. Redaction covers kind, tags
-    and metadata values too, so no stored field can hold a secret value; only the content is
-    hashed (dedupe, manifest) and sized (ListMemory).
+    CPU-bound (regexes, BPE, inference): callers run it off the event loop. Redaction covers
+    kind, tags and metadata values too, so no stored field can hold a secret value; only the
+    content is hashed (dedupe, manifest), sized (ListMemory) and embedded (search).
     """
     pairs = [(s.secret_id, s.value) for s in secrets]
     counts: Counter[str] = Counter()
@@ -74,6 +80,7 @@ def prepare_entries(
                 content_hash=content_hash(content),
                 expires_at=draft.expires_at,
                 sizes=counter.sizes(content),
+                embedding=None if embedder is None else to_bytes(embedder.embed(content)),
             )
         )
     secret_ids = {s.secret_id for s in secrets}

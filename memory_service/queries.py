@@ -30,6 +30,7 @@ from memory_service.ids import is_entry_id, is_version_id, validate_memory_ref
 from memory_service.manifest import ItemState
 from memory_service.records import CapacityReport, RecordedChange, RevisionInfo, StoredVersion
 from memory_service.store import MemoryKey
+from memory_service.tenancy import for_tenant
 from memory_service.validation import raise_if
 from servicekit.auth import Identity
 from servicekit.db import Database
@@ -95,7 +96,7 @@ class MemoryQueries:
             key, head = found
             return await work(conn, key, head)
 
-        return await self._db.read(read)
+        return await for_tenant(self._db, identity.tenant).read(read)
 
     async def capacity(self, identity: Identity, query: CapacityQuery) -> CapacityReport:
         identity.require("reader")

@@ -1,4 +1,4 @@
-"""Plain records of stored memory: heads, head items, entry versions, revisions and capacity."""
+"""Plain records of stored memory: heads, items, versions, revisions, capacity, read results."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+from memory_service.candidates import Ranked
 from memory_service.capacity import CapacityBudget, Dimension, Usage, exceeded
+from memory_service.commands import Rank
 from memory_service.manifest import Change, ItemState
+from memory_service.selection import StoppedBy
 from memory_service.tokens import TokenUnit
 
 
@@ -110,3 +113,39 @@ class CapacityReport:
     @property
     def exceeded(self) -> list[Dimension]:
         return exceeded(self.usage, self.budget)
+
+
+@dataclass(frozen=True)
+class Item:
+    """An entry as ListMemory and SearchMemory return it (content redacted at write)."""
+
+    entry_id: str
+    entry_version_id: str
+    kind: str
+    content: str
+    tags: tuple[str, ...]
+    created_at: datetime
+    size: int
+    metadata: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class ListResult:
+    """ListMemory's answer: the ranked prefix that fit, and an account of what did not."""
+
+    unit: TokenUnit
+    rank: Rank
+    revision: int = 0  # 0: no such memory (or another tenant's, or a malformed ref)
+    effective_token_budget: int | None = None  # after the run clamp; None = no budget
+    entries: tuple[Item, ...] = ()
+    total_tokens: int = 0
+    candidate_count: int = 0
+    omitted_count: int = 0
+    first_omitted: Ranked | None = None
+    stopped_by: StoppedBy = StoppedBy.NONE
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    revision: int = 0
+    hits: tuple[tuple[Item, float], ...] = ()

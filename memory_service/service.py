@@ -18,6 +18,7 @@ from memory_service.commands import (
     OrganizeMemory,
     ReviseEntry,
 )
+from memory_service.embedding import Embedder
 from memory_service.errors import entry_not_found
 from memory_service.manifest import ItemState
 from memory_service.preparation import Prepared, prepare_entries
@@ -92,17 +93,21 @@ class MemoryWrites:
         self,
         path: WritePath,
         counter: TokenCounter,
+        embedder: Embedder | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._path = path
         self._counter = counter
+        self._embedder = embedder
         self._clock = clock
 
     async def _prepare(
         self, drafts: tuple[EntryDraft, ...], secrets: tuple[Secret, ...]
     ) -> Prepared:
-        # Redaction and tokenizing are CPU-bound: keep them off the event loop.
-        return await asyncio.to_thread(prepare_entries, drafts, secrets, self._counter)
+        # Redaction, tokenizing and embedding are CPU-bound: keep them off the event loop.
+        return await asyncio.to_thread(
+            prepare_entries, drafts, secrets, self._counter, self._embedder
+        )
 
     async def append(
         self, identity: Identity, command: AppendEntries, envelope: Envelope[AppendResult]

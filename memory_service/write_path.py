@@ -20,6 +20,7 @@ from memory_service.records import CapacityReport, Head
 from memory_service.revisions import RevisionPlan
 from memory_service.store import MemoryKey
 from memory_service.store_reads import compactable_count
+from memory_service.tenancy import for_tenant
 from memory_service.validation import InputLimits
 from servicekit.auth import Identity
 from servicekit.db import Database
@@ -94,7 +95,7 @@ class WritePath:
             produced[:] = [(outcome, encoded)]
             return encoded
 
-        data = await idempotent(self.db, REQUEST_LOG, key, attempt)
+        data = await idempotent(for_tenant(self.db, identity.tenant), REQUEST_LOG, key, attempt)
         # idempotent() hands back the very bytes object `attempt` returned when that attempt
         # committed, and a fresh copy read from request_log when it replayed a stored response.
         if produced and data is produced[0][1]:

@@ -117,6 +117,35 @@ async def _migrate(env: Env) -> int:
     return 0
 
 
+async def _demo(budget: str | None, memory: str | None, env: Env) -> int:
+    """Runs the scripted agent against given addresses, or against a stack started here."""
+    from ration_client.demo import run_demo
+
+    token = os.environ.get("RATION_TOKEN")
+    if budget and memory:
+        await run_demo(budget, memory, token=token)
+        return 0
+    overrides = {
+        "RATION_BUDGET_LISTEN": "127.0.0.1:0",
+        "RATION_MEMORY_LISTEN": "127.0.0.1:0",
+        "RATION_BUDGET_METRICS_LISTEN": "off",
+        "RATION_MEMORY_METRICS_LISTEN": "off",
+    }
+    local = Env({**os.environ, **overrides})
+    built = [SERVICES[name](local) for name in ("budget", "memory")]
+    with database_url(built[0][1]) as url:
+        runners = [make(Database(url, dbs)) for _, dbs, make in built]
+        try:
+            for runner in runners:
+                await runner.start()
+            await asyncio.gather(*(asyncio.wait_for(r.ready.wait(), 60) for r in runners))
+            await run_demo(runners[0].address, runners[1].address, token=token)
+        finally:
+            for runner in runners:
+                await runner.stop()
+    return 0
+
+
 def _supervise(service: str, workers: int, env: Env) -> int:
     from servicekit.workers import supervise
 
@@ -133,6 +162,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub = commands.add_parser(name, help=f"the {name} service")
         sub.add_argument("action", choices=["serve"])
     commands.add_parser("migrate", help="apply pending migrations of both schemas")
+    demo = commands.add_parser("demo", help="a scripted agent run under a budget, shown live")
+    demo.add_argument("--budget", help="budget service address (default: start a local stack)")
+    demo.add_argument("--memory", help="memory service address")
     args = parser.parse_args(argv)
 
     logs.configure(os.environ.get("RATION_LOG_LEVEL", "INFO"))
@@ -142,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_serve(["budget", "memory"], env))
         if args.command == "migrate":
             return asyncio.run(_migrate(env))
+        if args.command == "demo":
+            if not (args.budget and args.memory):
+                logs.configure("WARNING")  # the demo's own lines are the output
+            return asyncio.run(_demo(args.budget, args.memory, env))
         workers = env.integer("RATION_WORKERS", 1, minimum=1)
         if workers > 1:
             return _supervise(args.command, workers, env)

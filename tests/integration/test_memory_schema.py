@@ -1,17 +1,27 @@
-"""The memory schema: the expected tables, tenant_id leading every key and index (DESIGN 6)."""
+"""The memory schema: the expected tables, tenant_id leading every key and index (DESIGN 6),
+and row-level security on every table (DESIGN 5, CTI-1's second line)."""
 
 from __future__ import annotations
 
 import asyncpg
+import pytest
 from memory_support import MEMORY_TABLES
 
+from memory_service.tenancy import ENTER_TENANT, RLS_ROLE
+
+# GIN cannot lead with a text column without btree_gin (absent from the embedded server); its
+# queries filter tenant_id and memory_id too, and under Citus it is per shard anyway.
+FULL_TEXT_INDEX = "entry_versions_search"
+
 INDEX_LEADS = """
-SELECT c.relname AS index_name, t.relname AS table_name, a.attname AS first_column
+SELECT c.relname AS index_name, t.relname AS table_name, a.attname AS first_column,
+       am.amname AS method
 FROM pg_index i
 JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_am am ON am.oid = c.relam
 JOIN pg_class t ON t.oid = i.indrelid
 JOIN pg_namespace n ON n.oid = t.relnamespace
-JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = i.indkey[0]
+LEFT JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = i.indkey[0]
 WHERE n.nspname = 'memory'
 """
 
@@ -26,7 +36,8 @@ async def test_migrations_create_the_memory_tables(db: asyncpg.Connection) -> No
 async def test_every_memory_table_and_index_leads_with_tenant_id(db: asyncpg.Connection) -> None:
     rows = await db.fetch(INDEX_LEADS)
     assert {r["table_name"] for r in rows} == set(MEMORY_TABLES)  # every table has a key
-    assert [r["index_name"] for r in rows if r["first_column"] != "tenant_id"] == []
+    others = [(r["index_name"], r["method"]) for r in rows if r["first_column"] != "tenant_id"]
+    assert others == [(FULL_TEXT_INDEX, "gin")]
 
 
 async def test_entry_ids_sort_as_bytes_in_the_store(db: asyncpg.Connection) -> None:
@@ -35,3 +46,49 @@ async def test_entry_ids_sort_as_bytes_in_the_store(db: asyncpg.Connection) -> N
         " WHERE table_schema = 'memory' AND column_name = 'entry_id'"
     )
     assert {r["collation_name"] for r in collations} == {"C"}
+
+
+async def test_every_memory_table_has_row_level_security_with_a_tenant_policy(
+    db: asyncpg.Connection,
+) -> None:
+    rows = await db.fetch(
+        "SELECT c.relname, c.relrowsecurity, p.qual, p.with_check"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " LEFT JOIN pg_policies p ON p.schemaname = n.nspname AND p.tablename = c.relname"
+        " WHERE n.nspname = 'memory' AND c.relkind = 'r'"
+    )
+    assert sorted(r["relname"] for r in rows) == sorted(MEMORY_TABLES)
+    for row in rows:
+        assert row["relrowsecurity"], row["relname"]
+        for clause in (row["qual"], row["with_check"]):
+            assert "current_setting('ration.tenant_id'" in clause, row["relname"]
+
+
+async def _as_tenant(db: asyncpg.Connection, tenant: str | None, sql: str) -> int:
+    async with db.transaction():
+        if tenant is None:
+            await db.execute(f"SET LOCAL ROLE {RLS_ROLE}")
+        else:
+            await db.execute(ENTER_TENANT, tenant)
+        return int(await db.fetchval(sql))
+
+
+async def test_the_rls_role_sees_only_the_tenant_it_entered(db: asyncpg.Connection) -> None:
+    for tenant in ("alpha", "beta"):
+        await db.execute(
+            "INSERT INTO memory.request_log (tenant_id, request_id, fingerprint, response)"
+            " VALUES ($1, 'r1', '', '')",
+            tenant,
+        )
+    count = "SELECT count(*) FROM memory.request_log"  # no tenant filter at all
+    assert await db.fetchval(count) == 2  # the test connects as a superuser: no policies
+    assert await _as_tenant(db, "alpha", count) == 1
+    assert await _as_tenant(db, "gamma", count) == 0
+    assert await _as_tenant(db, None, count) == 0  # no tenant set: nothing, fail closed
+    async with db.transaction():
+        await db.execute(ENTER_TENANT, "alpha")
+        with pytest.raises(asyncpg.exceptions.InsufficientPrivilegeError):  # WITH CHECK
+            await db.execute(
+                "INSERT INTO memory.request_log (tenant_id, request_id, fingerprint, response)"
+                " VALUES ('beta', 'r2', '', '')"
+            )

@@ -25,6 +25,7 @@ def test_a_valid_configuration_builds() -> None:
         ),
         ({"max_manifest_bytes": 1023}, "RATION_MEMORY_MAX_MANIFEST_BYTES"),
         ({"min_tombstone_revisions": -1}, "RATION_MEMORY_MIN_TOMBSTONE_REVISIONS"),
+        ({"cache_entries": -1}, "RATION_MEMORY_CACHE_ENTRIES"),
     ],
 )
 def test_settings_built_in_code_are_checked_too(change: dict[str, int], variable: str) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from memory_service.commands import EntryDraft
+from memory_service.embedding import Embedder, from_bytes
 from memory_service.manifest import content_hash
 from memory_service.preparation import REQUEST_SECRET_LABEL, prepare_entries
 from memory_service.redaction import Secret
@@ -54,3 +56,16 @@ def test_metric_labels_never_carry_caller_chosen_secret_ids(counter: TokenCounte
     assert prepared.redactions == {"customer-42-token": 1, "jwt": 1, "github_token": 1}
     # A secret id that happens to equal a detector name is still a request secret.
     assert prepared.redactions_by_detector == {REQUEST_SECRET_LABEL: 2, "github_token": 1}
+
+
+def test_the_vector_is_of_the_redacted_content_and_absent_without_an_embedder(
+    counter: TokenCounter,
+) -> None:
+    embedder = Embedder.load()
+    draft = EntryDraft(f"the vault password is {SECRET}")
+    (entry,) = prepare_entries([draft], [Secret("vault", SECRET)], counter, embedder).entries
+    assert entry.embedding is not None
+    assert np.array_equal(from_bytes(entry.embedding), embedder.embed(entry.content))
+    assert entry.content == "the vault password is [REDACTED:vault]"
+    (bare,) = prepare_entries([draft], [Secret("vault", SECRET)], counter).entries
+    assert bare.embedding is None

@@ -221,21 +221,50 @@ class MemoryServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListMemory(self, request, context):
-        """The injection read path: the ranked prefix of active, unexpired entries that fits
-        `token_budget`, whole entries only. Bounded by design (limit and budget), so not paginated.
-        Never tokenizes (sizes are stored at write). With run_id, the budget is
-        min(token_budget, the run's remaining tokens) from budget_service Check (never a consume).
-        Errors: RELEVANCE_UNAVAILABLE (no embedder), VALIDATION_FAILED. Unknown or foreign memories
-        read as empty. Role: reader.
+        """The injection read path (RFC 0113): the ranked prefix of the candidates that fits
+        `token_budget`, whole entries only. Candidates are the active entries of the requested
+        revision (default the head) that have not expired by the database clock, filtered by `tag`.
+        RANK_RECENCY orders them newest created_at first, ties by entry_id bytes; RANK_RELEVANCE
+        uses exactly SearchMemory's SEMANTIC ranking of the same candidates. The walk adds each
+        entry's stored size in `token_counter` and stops at the first entry that does not fit: it
+        never skips ahead to a smaller one and never truncates, so an entry larger than the budget
+        that ranks first gives an empty answer. With `limit` too, whichever yields fewer entries
+        wins; the server cap (RATION_MEMORY_LIST_LIMIT_CAP) applies to every call and reports
+        STOPPED_BY_LIMIT when it binds. Nothing is left out silently: the response counts the
+        candidates and the omitted entries and names the first omitted one.
+
+        Bounded by design (limit, cap and budget), so not paginated. Never tokenizes: sizes were
+        computed when each version was written. With run_id, the budget is min(token_budget, the
+        run's remaining tokens) from budget_service Check, called with the caller's own
+        credentials (never a Reserve or Consume); a run without a token limit does not clamp.
+        No side effects (the first relevance read of entries written without an embedder stores
+        their vectors). An unknown, foreign or malformed memory_ref reads as an empty memory
+        (revision 0), indistinguishably.
+        Errors: RELEVANCE_UNAVAILABLE (FAILED_PRECONDITION: RANK_RELEVANCE without an embedder),
+        REVISION_NOT_FOUND (NOT_FOUND: revision beyond the head), VALIDATION_FAILED (negative
+        limit, token_budget outside 0..1e9, bad tag, query missing for RELEVANCE or over 4096
+        characters, unknown enum values, revision < 1); with run_id also RUN_NOT_FOUND (NOT_FOUND),
+        BUDGET_LINK_UNAVAILABLE (FAILED_PRECONDITION: no RATION_MEMORY_BUDGET_ADDRESS configured,
+        or budget_service refused the caller's credentials) and BUDGET_UNAVAILABLE (UNAVAILABLE:
+        budget_service did not answer within 1 s). Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def SearchMemory(self, request, context):
-        """Semantic (embedding + full-text, reciprocal rank fusion) or filter search over active,
-        unexpired entries. Errors: RELEVANCE_UNAVAILABLE for SEMANTIC without an embedder.
-        Role: reader.
+        """Search over the same candidates as ListMemory (active, unexpired entries of the revision,
+        default the head), narrowed in both modes by `tags` (all of them) and `kind`.
+        SEMANTIC: the query's all-MiniLM-L6-v2 embedding scored by cosine against each candidate's
+        stored vector, fused by reciprocal rank fusion (k = 60) with Postgres full-text matches
+        (websearch_to_tsquery syntax, 'simple' configuration: case-folded words, no stemming; the
+        best 50 by ts_rank). Ties break by entry_id bytes, so equal inputs give equal answers.
+        FILTER: newest created_at first (ties by entry_id), score 0; `query` is ignored.
+        Returns the best `limit` hits; sizes are in the server's default token counter. No side
+        effects. An unknown, foreign or malformed memory_ref reads as empty (revision 0).
+        Errors: RELEVANCE_UNAVAILABLE (SEMANTIC without an embedder), REVISION_NOT_FOUND,
+        VALIDATION_FAILED (mode unspecified or unknown, query missing for SEMANTIC or over 4096
+        characters, limit outside 0..100, bad tags or kind, revision < 1). Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,46 @@
+"""`ration demo` on a fresh embedded database: threshold, breach, redaction, honest totals."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from procs import BIN, ROOT, clean_env, processes_mentioning
+
+pytestmark = pytest.mark.system
+
+
+def test_demo_runs_to_a_breach_and_its_totals_match_get_run(tmp_path: Path) -> None:
+    data_dir = tmp_path / "pg"
+    result = subprocess.run(
+        [str(BIN / "ration"), "demo"],
+        cwd=ROOT,
+        env=clean_env(RATION_DATA_DIR=str(data_dir)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = result.stdout
+    assert result.returncode == 0, result.stderr[-3000:]
+    events = re.findall(r"event\s+(\d+) (\S+)", out)
+    kinds = [kind for _, kind in events]
+    assert [int(seq) for seq, _ in events] == list(range(1, len(events) + 1))
+    assert kinds[0] == "budget.reserved"
+    assert kinds[-3:] == ["budget.exhausted", "cap.breached", "run.failed"]
+    crossed = kinds.index("budget.threshold.crossed")
+    assert crossed < kinds.index("cap.breached"), "the warning comes before the breach"
+    assert "BREACH budget-cost" in out
+    assert "refused: BUDGET_EXHAUSTED (cost)" in out
+    assert re.search(r"memory after the run: .*\[REDACTED:booking_api_key\]", out)
+    assert "sk-live-" not in out, "the secret never comes back"
+    rows = dict(
+        (m[0], (m[1], m[2]))
+        for m in re.findall(r"^(cost \(USD\)|tool calls|tokens)\s+(\S+)\s+(\S+)", out, re.M)
+    )
+    assert set(rows) == {"cost (USD)", "tool calls", "tokens"}
+    for billed, consumed in rows.values():
+        assert billed == consumed
+    assert "run state: FAILED budget_exhausted" in out
+    assert processes_mentioning(str(data_dir)) == []
