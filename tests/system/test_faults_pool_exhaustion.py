@@ -1,0 +1,129 @@
+"""Pool exhaustion answers UNAVAILABLE quickly instead of hanging.
+
+With RATION_DB_POOL_MAX=1, one call stalled on a lock (held by a test connection, under a long
+statement timeout) keeps the only pooled connection busy. Any other call must then give up after
+the acquire timeout with UNAVAILABLE STORE_UNAVAILABLE, while the stalled call is still waiting,
+i.e. long before the statement timeout would have freed the connection. When the lock goes,
+the stalled call completes and the service answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+from budget_support import Budget, new_id
+from conftest import StartServer
+from memory_support import Memory
+from rpc_errors import decode
+
+from ration.budget.v1 import budget_pb2 as pb
+
+pytestmark = pytest.mark.timeout(120)
+
+POOL = {
+    "RATION_DB_POOL_MIN": "1",
+    "RATION_DB_POOL_MAX": "1",
+    "RATION_DB_ACQUIRE_TIMEOUT_MS": "500",
+    "RATION_DB_STATEMENT_TIMEOUT_MS": "60000",
+}
+BOUND = 30.0
+
+WAITING_ON_A_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+)
+
+
+async def stall(db: asyncpg.Connection, start: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any]:
+    """Starts calls until one is waiting on the lock with the only pooled connection (an
+    attempt can lose the connection to the health probe or the sweeper, and then fails fast)."""
+    deadline = time.monotonic() + BOUND
+    while True:
+        task = asyncio.ensure_future(start())
+        while not task.done():
+            if await db.fetchval(WAITING_ON_A_LOCK):
+                return task
+            assert time.monotonic() < deadline, "the call never reached the lock"
+            await asyncio.sleep(0.02)
+        error = task.exception()
+        assert isinstance(error, grpc.aio.AioRpcError), error
+        assert error.code() == grpc.StatusCode.UNAVAILABLE
+        assert time.monotonic() < deadline, "the call never got the pooled connection"
+
+
+def reserve(run_id: str) -> pb.ReserveRequest:
+    return pb.ReserveRequest(
+        request_id=new_id(), run_id=run_id, model="gpt-4o", estimate=pb.Amounts(tokens=7)
+    )
+
+
+async def refused_while_stalled(call: Awaitable[Any], stalled: asyncio.Task[Any]) -> None:
+    try:
+        await call
+    except grpc.aio.AioRpcError as error:
+        details = decode(error)
+        assert (details.code, details.reason) == (
+            grpc.StatusCode.UNAVAILABLE,
+            "STORE_UNAVAILABLE",
+        ), details
+    else:
+        raise AssertionError("a call got a connection from an exhausted pool")
+    assert not stalled.done(), "the refusal came only after the stalled call ended"
+
+
+async def test_budget_calls_fail_fast_when_the_only_connection_is_stalled(
+    start_server: StartServer, db: asyncpg.Connection, database_url: str
+) -> None:
+    runner = await start_server("budget", **POOL)
+    locker = await asyncpg.connect(database_url)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        budget = Budget(channel)
+        await budget.open_run("busy", max_tokens=1000)
+        await budget.open_run("other", max_tokens=1000)
+        transaction = locker.transaction()
+        await transaction.start()
+        await locker.execute("SELECT 1 FROM budget.runs WHERE run_id = 'busy' FOR UPDATE")
+        try:
+            stalled = await stall(
+                db, lambda: budget.stub.Reserve(reserve("busy"), timeout=BOUND * 2)
+            )
+            stub = budget.stub
+            await refused_while_stalled(budget.get_run("other"), stalled)
+            await refused_while_stalled(stub.Reserve(reserve("other"), timeout=BOUND), stalled)
+        finally:
+            await transaction.rollback()
+            await locker.close()
+        granted = await stalled
+        assert granted.reservation.granted.tokens == 7
+        assert (await budget.get_run("other")).run_id == "other"
+
+
+async def test_memory_calls_fail_fast_when_the_only_connection_is_stalled(
+    start_server: StartServer, db: asyncpg.Connection, database_url: str
+) -> None:
+    runner = await start_server("memory", RATION_MEMORY_EMBEDDER="false", **POOL)
+    locker = await asyncpg.connect(database_url)
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        busy, other = Memory(channel, "pool/busy"), Memory(channel, "pool/other")
+        await busy.append("first")
+        await other.append("first")
+        transaction = locker.transaction()
+        await transaction.start()
+        await locker.execute(
+            "SELECT 1 FROM memory.memories WHERE memory_ref = 'pool/busy' FOR UPDATE"
+        )
+        try:
+            stalled = await stall(db, lambda: busy.append("second", expected_revision=1))
+            await refused_while_stalled(other.capacity(), stalled)
+            await refused_while_stalled(other.append("second"), stalled)
+        finally:
+            await transaction.rollback()
+            await locker.close()
+        assert (await stalled).result.revision == 2
+        assert await other.head() == 1
