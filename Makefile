@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test proto lint bench venv clean
+.PHONY: run test proto lint bench soak venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ test: $(STAMP) lint
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The soak at full length (make test runs it shortened): SOAK_SECONDS=600 make soak
+soak: $(STAMP)
+	SOAK_SECONDS=$${SOAK_SECONDS:-180} $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/system/test_soak.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

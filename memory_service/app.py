@@ -15,6 +15,7 @@ from memory_service.capacity import CapacityBudget
 from memory_service.compacting import MemoryCompaction
 from memory_service.compaction import CompactionPolicy
 from memory_service.embedding import Embedder, EmbedderUnavailable
+from memory_service.item_messages import MemoryItems
 from memory_service.listing import MemoryReads
 from memory_service.metrics import ListMetrics, MemoryMetrics
 from memory_service.queries import MemoryQueries
@@ -126,6 +127,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             MemoryCompaction(path),
             MemoryQueries(database, budget, policy, settings.max_history_revisions),
             reads,
+            MemoryItems(),
         )
 
         def register(server: grpc.aio.Server) -> None:

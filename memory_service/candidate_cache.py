@@ -25,8 +25,10 @@ class CandidateCache:
     correct forever, in every process. What does change, the head revision and the clock that
     decides expiry, is read from Postgres on every call and never cached.
 
-    Bounded by weight (CandidateIndex.weight: a row counts 1, its vector 3 more); least
-    recently used indexes go first. Concurrent misses of one key share a single build.
+    Bounded by weight (CandidateIndex.weight, about 1 KiB a unit: a row counts 1, its vector 2
+    more, its cached content 1 per 1,024 characters), so RATION_MEMORY_CACHE_ENTRIES=200000
+    keeps a worker's cache near 200 MB at most; least recently used indexes go first.
+    Concurrent misses of one key share a single build.
     """
 
     def __init__(self, max_weight: int) -> None:

@@ -6,7 +6,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import overload
+from typing import Generic, NamedTuple, TypeVar, overload
 
 import numpy as np
 
@@ -17,12 +17,43 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _NEVER = np.iinfo(np.int64).max
 _EMPTY = np.zeros(0, dtype=np.int64)
-# Weight is in units of about 512 bytes: a candidate row (ids, tags, sizes) is one, its vector
-# (384 float32, 1.5 KiB) three more, and cached content one per started 512 characters.
-VECTOR_WEIGHT = 3
-CONTENT_UNIT_CHARS = 512
-# Full-text windows kept per revision, by (query, tags): orchestrators repeat their queries.
+# Weight is in units of about 1 KiB of process memory: a candidate row (its ids, tags, sizes
+# and index entries as Python objects) is one, its vector (384 float32, 1.5 KiB) two more, and
+# cached content one per started 1,024 characters.
+VECTOR_WEIGHT = 2
+CONTENT_UNIT_CHARS = 1024
+# Per revision, by (query, tags): full-text windows and whole relevance rankings, because
+# orchestrators repeat their queries (the task prompt every turn). A ranking is 16 bytes a row.
 LEXICAL_WINDOWS = 64
+RANKINGS = 8
+
+V = TypeVar("V")
+MemoKey = tuple[str, tuple[str, ...]]
+
+
+class _Memo(Generic[V]):
+    """A small LRU of results that depend on the revision alone, with their weights."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._found: OrderedDict[MemoKey, tuple[V, int]] = OrderedDict()
+        self.weight = 0
+
+    def get(self, key: MemoKey) -> V | None:
+        found = self._found.get(key)
+        if found is None:
+            return None
+        self._found.move_to_end(key)
+        return found[0]
+
+    def put(self, key: MemoKey, value: V, weight: int) -> None:
+        if key in self._found:
+            return
+        self._found[key] = (value, weight)
+        self.weight += weight
+        if len(self._found) > self._size:
+            _, (_, dropped) = self._found.popitem(last=False)
+            self.weight -= dropped
 
 
 def micros(moment: datetime) -> int:
@@ -51,9 +82,11 @@ class Content:
     metadata: Mapping[str, str]
 
 
-@dataclass(frozen=True)
-class Ranked:
-    """One candidate as the budget walk sees it: its id and its size in the request's unit."""
+class Ranked(NamedTuple):
+    """One candidate as the budget walk sees it: its id and its size in the request's unit.
+
+    A named tuple rather than a dataclass: one is built per entry walked, on every call.
+    """
 
     entry_id: str
     size: int
@@ -94,7 +127,8 @@ class CandidateIndex:
         self.vectors: np.ndarray | None = None
         self.contents: dict[str, Content] = {}  # by entry_version_id
         self._content_weight = 0
-        self._lexical: OrderedDict[tuple[str, tuple[str, ...]], list[str]] = OrderedDict()
+        self._lexical: _Memo[list[str]] = _Memo(LEXICAL_WINDOWS)
+        self._rankings: _Memo[tuple[np.ndarray, np.ndarray]] = _Memo(RANKINGS)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -103,7 +137,8 @@ class CandidateIndex:
     def weight(self) -> int:
         """What this index counts against the cache bound (at least 1, even when empty)."""
         rows = len(self.rows) * (1 + (VECTOR_WEIGHT if self.vectors is not None else 0))
-        return max(1, rows + self._content_weight)
+        memos = self._lexical.weight + self._rankings.weight
+        return max(1, rows + self._content_weight + memos)
 
     def remember(self, contents: Mapping[str, Content]) -> None:
         """Keeps the contents of this index's versions (others are ignored)."""
@@ -113,15 +148,19 @@ class CandidateIndex:
                 self._content_weight += 1 + len(content.content) // CONTENT_UNIT_CHARS
 
     def lexical_window(self, query: str, tags: Sequence[str]) -> list[str] | None:
-        found = self._lexical.get((query, tuple(tags)))
-        if found is not None:
-            self._lexical.move_to_end((query, tuple(tags)))
-        return found
+        return self._lexical.get((query, tuple(tags)))
 
     def remember_lexical_window(self, query: str, tags: Sequence[str], ids: list[str]) -> None:
-        self._lexical[(query, tuple(tags))] = ids
-        if len(self._lexical) > LEXICAL_WINDOWS:
-            self._lexical.popitem(last=False)
+        self._lexical.put((query, tuple(tags)), ids, 1)
+
+    def ranking(self, query: str, tags: Sequence[str]) -> tuple[np.ndarray, np.ndarray] | None:
+        """The relevance ranking of the whole index (nothing filtered out) for this query."""
+        return self._rankings.get((query, tuple(tags)))
+
+    def remember_ranking(
+        self, query: str, tags: Sequence[str], ranking: tuple[np.ndarray, np.ndarray]
+    ) -> None:
+        self._rankings.put((query, tuple(tags)), ranking, 1 + len(self.rows) * 16 // 1024)
 
     def candidates(
         self, now: datetime, tags: Sequence[str] = (), kind: str | None = None
@@ -202,5 +241,9 @@ class RankedCandidates(Sequence[Ranked]):
         return self._item(int(self._order[at]))
 
     def __iter__(self) -> Iterator[Ranked]:
-        for position in self._order:
-            yield self._item(int(position))
+        # In growing chunks of plain ints: a walk usually stops within the first few dozen.
+        start, step = 0, 32
+        while start < len(self._order):
+            for position in self._order[start : start + step].tolist():
+                yield self._item(position)
+            start, step = start + step, step * 4

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeVar
 
-from google.protobuf import timestamp_pb2
 from google.protobuf.message import Message
 
 from memory_service.commands import (
@@ -32,6 +31,8 @@ from memory_service.redaction import Secret
 from memory_service.tokens import TokenUnit
 from memory_service.write_path import Envelope
 from ration.memory.v1 import memory_pb2, memory_service_pb2
+from servicekit.errors import validation_error
+from servicekit.timestamps import timestamp_violation, to_datetime
 
 T = TypeVar("T")
 
@@ -63,8 +64,15 @@ def _optional(message: Message, field: str) -> Any:
     return getattr(message, field) if message.HasField(field) else None
 
 
-def _time(value: timestamp_pb2.Timestamp) -> datetime:
-    return value.ToDatetime(tzinfo=UTC)
+def _expiry(entry: memory_pb2.EntryInput, path: str) -> datetime | None:
+    """The entry's expires_at; one outside Timestamp's range is refused as bad input here,
+    before anything else reads it (the other rules for it live in validation.py)."""
+    if not entry.HasField("expires_at"):
+        return None
+    violation = timestamp_violation(entry.expires_at, f"{path}.expires_at")
+    if violation is not None:
+        raise validation_error([violation])
+    return to_datetime(entry.expires_at)
 
 
 def _target(request: Any) -> WriteTarget:
@@ -75,14 +83,14 @@ def _target(request: Any) -> WriteTarget:
     )
 
 
-def _draft(entry: memory_pb2.EntryInput) -> EntryDraft:
+def _draft(entry: memory_pb2.EntryInput, path: str) -> EntryDraft:
     return EntryDraft(
         content=entry.content,
         entry_id=entry.entry_id,
         kind=entry.kind,
         tags=tuple(entry.tags),
         metadata=dict(entry.metadata),
-        expires_at=_time(entry.expires_at) if entry.HasField("expires_at") else None,
+        expires_at=_expiry(entry, path),
     )
 
 
@@ -92,7 +100,9 @@ def _secrets(secrets: Iterable[memory_pb2.Secret]) -> tuple[Secret, ...]:
 
 def append_command(request: memory_service_pb2.AppendEntriesRequest) -> AppendEntries:
     return AppendEntries(
-        _target(request), tuple(_draft(e) for e in request.entries), _secrets(request.secrets)
+        _target(request),
+        tuple(_draft(e, f"entries[{i}]") for i, e in enumerate(request.entries)),
+        _secrets(request.secrets),
     )
 
 
@@ -100,7 +110,7 @@ def revise_command(request: memory_service_pb2.ReviseEntryRequest) -> ReviseEntr
     return ReviseEntry(
         target=_target(request),
         entry_id=request.entry_id,
-        entry=_draft(request.entry),
+        entry=_draft(request.entry, "entry"),
         secrets=_secrets(request.secrets),
         reason=request.reason,
     )

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime, timedelta
-
-from google.protobuf import timestamp_pb2
 
 from memory_service.capabilities import MemoryCapabilities
 from memory_service.capacity import Dimension
 from memory_service.compacting import CompactResult
+from memory_service.item_messages import MemoryItems
 from memory_service.manifest import ChangeOp, ItemState
 from memory_service.queries import ChangesPage
 from memory_service.records import (
     CapacityReport,
-    Item,
     ListResult,
     RecordedChange,
     RevisionInfo,
@@ -26,9 +23,8 @@ from memory_service.service import AppendResult, OrganizeResult, ReviseResult
 from memory_service.tokens import TokenUnit
 from memory_service.write_path import WriteResult
 from ration.memory.v1 import memory_pb2, memory_service_pb2
+from servicekit.timestamps import timestamp
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 _DIMENSIONS = {
     Dimension.MANIFEST_BYTES: memory_pb2.CAPACITY_DIMENSION_MANIFEST_BYTES,
     Dimension.MANIFEST_ENTRIES: memory_pb2.CAPACITY_DIMENSION_MANIFEST_ENTRIES,
@@ -55,13 +51,6 @@ _STATES = {
     ItemState.ACTIVE: memory_pb2.ENTRY_STATE_ACTIVE,
     ItemState.INACTIVE: memory_pb2.ENTRY_STATE_INACTIVE,
 }
-
-
-def _timestamp(value: datetime) -> timestamp_pb2.Timestamp:
-    """An aware datetime (every stored one is) as a Timestamp; integer arithmetic, so it is
-    exact and about three times cheaper than Timestamp.FromDatetime on the read path."""
-    seconds, micros = divmod((value - _EPOCH) // _MICROSECOND, 1_000_000)
-    return timestamp_pb2.Timestamp(seconds=seconds, nanos=micros * 1000)
 
 
 def capacity(report: CapacityReport) -> memory_pb2.Capacity:
@@ -105,7 +94,7 @@ def entry_version(version: StoredVersion) -> memory_pb2.EntryVersion:
         metadata=dict(version.metadata),
         content_hash=version.content_hash,
         created_in_revision=version.created_in_revision,
-        created_at=_timestamp(version.created_at),
+        created_at=timestamp(version.created_at),
         sizes=memory_pb2.EntrySizes(
             o200k_base=version.sizes[TokenUnit.O200K_BASE],
             cl100k_base=version.sizes[TokenUnit.CL100K_BASE],
@@ -113,7 +102,7 @@ def entry_version(version: StoredVersion) -> memory_pb2.EntryVersion:
         ),
     )
     if version.expires_at is not None:
-        message.expires_at.CopyFrom(_timestamp(version.expires_at))
+        message.expires_at.CopyFrom(timestamp(version.expires_at))
     return message
 
 
@@ -185,7 +174,7 @@ def revisions_response(
         revisions=[
             memory_pb2.Revision(
                 revision=r.revision,
-                created_at=_timestamp(r.created_at),
+                created_at=timestamp(r.created_at),
                 operation=r.operation,
                 change_count=r.change_count,
                 active_entry_count=r.usage.active_entries,
@@ -239,22 +228,9 @@ def capabilities_response(caps: MemoryCapabilities) -> memory_service_pb2.GetCap
     )
 
 
-def _item(item: Item) -> memory_pb2.MemoryItem:
-    return memory_pb2.MemoryItem(
-        entry_id=item.entry_id,
-        entry_version_id=item.entry_version_id,
-        kind=item.kind,
-        content=item.content,
-        tags=list(item.tags),
-        created_at=_timestamp(item.created_at),
-        size=item.size,
-        metadata=dict(item.metadata),
-    )
-
-
-def list_response(result: ListResult) -> memory_service_pb2.ListMemoryResponse:
+def list_response(result: ListResult, items: MemoryItems) -> memory_service_pb2.ListMemoryResponse:
     response = memory_service_pb2.ListMemoryResponse(
-        entries=[_item(i) for i in result.entries],
+        entries=[items.message(i) for i in result.entries],
         total_tokens=result.total_tokens,
         token_counter=_UNITS[result.unit],
         candidate_count=result.candidate_count,
@@ -270,8 +246,12 @@ def list_response(result: ListResult) -> memory_service_pb2.ListMemoryResponse:
     return response
 
 
-def search_response(result: SearchResult) -> memory_service_pb2.SearchMemoryResponse:
+def search_response(
+    result: SearchResult, items: MemoryItems
+) -> memory_service_pb2.SearchMemoryResponse:
     return memory_service_pb2.SearchMemoryResponse(
-        hits=[memory_service_pb2.SearchHit(entry=_item(i), score=s) for i, s in result.hits],
+        hits=[
+            memory_service_pb2.SearchHit(entry=items.message(i), score=s) for i, s in result.hits
+        ],
         revision=result.revision,
     )

@@ -78,7 +78,7 @@ class MemoryReads:
                 order, _ = await self._relevance(conn, snap, positions, vector, query.query, tags)
             selection = _select(snap.index.ranked(order, unit), budget, limit)
             rows = [snap.index.rows[c.position] for c in selection.selected]
-            items = await self._items(conn, snap, rows, [c.size for c in selection.selected])
+            items = await _items(conn, snap, rows, [c.size for c in selection.selected])
             return ListResult(
                 unit=unit,
                 rank=query.rank,
@@ -130,7 +130,7 @@ class MemoryReads:
                 order, scores = order[:limit], scores[:limit]
             rows = [snap.index.rows[int(p)] for p in order]
             sizes = snap.index.sizes[self._default_unit][order].tolist()
-            items = await self._items(conn, snap, rows, sizes)
+            items = await _items(conn, snap, rows, sizes)
             return SearchResult(snap.revision, tuple(zip(items, scores.tolist(), strict=True)))
 
         found = await self._snapshots.read(
@@ -150,19 +150,6 @@ class MemoryReads:
             return budget
         return remaining if budget is None else min(budget, remaining)
 
-    async def _items(
-        self,
-        conn: asyncpg.Connection | None,
-        snap: Snapshot,
-        rows: Sequence[CandidateRow],
-        sizes: Sequence[int],
-    ) -> tuple[Item, ...]:
-        before = snap.index.weight
-        items = await _items(conn, snap, rows, sizes)
-        if snap.index.weight != before:
-            self._cache.reweigh((snap.key.tenant, snap.key.memory_id, snap.revision))
-        return items
-
     async def _relevance(
         self,
         conn: asyncpg.Connection | None,
@@ -175,6 +162,11 @@ class MemoryReads:
         """The semantic ranking of the candidates at `positions`: (positions, fused scores)."""
         index = snap.index
         assert index.vectors is not None  # loaded by _read before any relevance work
+        everything = positions is index.all
+        if everything:  # the same candidates, so the same ranking as last time
+            ranked = index.ranking(text, tags)
+            if ranked is not None:
+                return ranked
         lexical = index.lexical_window(text, tags)
         if lexical is None:
             if conn is None:
@@ -183,12 +175,13 @@ class MemoryReads:
                 conn, snap.key, snap.revision, text, tags, LEXICAL_WINDOW
             )
             index.remember_lexical_window(text, tags, lexical)
-        everything = positions is index.all
         matches = [index.position_of[e] for e in lexical if e in index.position_of]
         found = candidate_numbers(positions, np.array(matches, dtype=np.int64))
         # Scoring the whole matrix needs no copy; a filtered call scores only its candidates.
         vectors = index.vectors if everything else index.vectors[positions]
         order, scores = fused_relevance(vector, vectors, index.id_order(positions), found)
+        if everything:
+            index.remember_ranking(text, tags, (order, scores))
         return positions[order], scores
 
 

@@ -107,9 +107,9 @@ class ListMetrics:
             ("stopped_by", "rank"),
             registry=registry,
         )
-        for stopped_by in STOPPED_BY:
-            for rank in RANKS:
-                self.requests.labels(stopped_by, rank)
+        # Children resolved once: labels() takes a lock and a lookup on every call otherwise.
+        self._requests = {(s, r): self.requests.labels(s, r) for s in STOPPED_BY for r in RANKS}
+        self._tokens: dict[str, Histogram] = {}
 
     def listed(
         self,
@@ -120,8 +120,12 @@ class ListMetrics:
         omitted: int,
         budget: int | None,
     ) -> None:
-        self.tokens_returned.labels(token_counter).observe(total)
+        tokens = self._tokens.get(token_counter)
+        if tokens is None:
+            tokens = self._tokens[token_counter] = self.tokens_returned.labels(token_counter)
+        tokens.observe(total)
         if budget:  # utilisation of "no budget" (or of a run with nothing left) is undefined
             self.budget_utilization.observe(total / budget)
-        self.omitted_entries.inc(omitted)
-        self.requests.labels(stopped_by, rank).inc()
+        if omitted:
+            self.omitted_entries.inc(omitted)
+        self._requests[(stopped_by, rank)].inc()

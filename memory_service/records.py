@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID
 
 from memory_service.candidates import Ranked
@@ -115,9 +116,9 @@ class CapacityReport:
         return exceeded(self.usage, self.budget)
 
 
-@dataclass(frozen=True)
-class Item:
-    """An entry as ListMemory and SearchMemory return it (content redacted at write)."""
+class Item(NamedTuple):
+    """An entry as ListMemory and SearchMemory return it (content redacted at write); a named
+    tuple, built per returned entry on every call, as cheaply as an immutable record gets."""
 
     entry_id: str
     entry_version_id: str

@@ -9,6 +9,7 @@ import grpc
 from memory_service import convert, convert_out
 from memory_service.capabilities import MemoryCapabilities
 from memory_service.compacting import MemoryCompaction
+from memory_service.item_messages import MemoryItems
 from memory_service.listing import MemoryReads
 from memory_service.queries import MemoryQueries
 from memory_service.service import MemoryWrites
@@ -29,12 +30,14 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         compaction: MemoryCompaction,
         queries: MemoryQueries,
         reads: MemoryReads,
+        items: MemoryItems,
     ) -> None:
         self._capabilities = capabilities
         self._writes = writes
         self._compaction = compaction
         self._queries = queries
         self._reads = reads
+        self._items = items
 
     async def AppendEntries(
         self, request: pb.AppendEntriesRequest, context: Context
@@ -142,13 +145,13 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
             convert.list_query(request),
             convert.authorization(context.invocation_metadata()),
         )
-        return convert_out.list_response(result)
+        return convert_out.list_response(result, self._items)
 
     async def SearchMemory(
         self, request: pb.SearchMemoryRequest, context: Context
     ) -> pb.SearchMemoryResponse:
         result = await self._reads.search(current_identity(), convert.search_query(request))
-        return convert_out.search_response(result)
+        return convert_out.search_response(result, self._items)
 
     async def GetCapabilities(
         self, request: pb.GetCapabilitiesRequest, context: Context

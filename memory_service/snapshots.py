@@ -85,7 +85,7 @@ class Snapshots:
         cached = self._cache.peek((identity.tenant, key.memory_id, at))
         if cached is not None and (cached.vectors is not None or not needs_vectors):
             try:
-                return await work(None, Snapshot(key, at, cached, now))
+                return await self._run(work, None, Snapshot(key, at, cached, now))
             except NeedDatabase:
                 pass
         return await self._read_through(identity, memory_ref, revision, needs_vectors, work)
@@ -126,7 +126,7 @@ class Snapshots:
             snapshot = Snapshot(key, at, index, now)
             if needs_vectors and index.vectors is None:
                 raise _NeedVectors(snapshot)
-            return await work(conn, snapshot)
+            return await self._run(work, conn, snapshot)
 
         database = for_tenant(self._db, tenant)
         while True:
@@ -138,3 +138,12 @@ class Snapshots:
                 donor = self._cache.newest(tenant, snap.key.memory_id, with_vectors=True)
                 await self._vectors.matrix(tenant, snap.key, snap.revision, snap.index, donor)
                 self._cache.reweigh((tenant, snap.key.memory_id, snap.revision))
+
+    async def _run(self, work: Work[T], conn: asyncpg.Connection | None, snap: Snapshot) -> T:
+        """Runs `work`, then counts what it added to the index (contents, memos) in the cache."""
+        before = snap.index.weight
+        try:
+            return await work(conn, snap)
+        finally:
+            if snap.index.weight != before:
+                self._cache.reweigh((snap.key.tenant, snap.key.memory_id, snap.revision))

@@ -33,6 +33,7 @@ class Identity:
             )
 
 
+DEV_IDENTITY = Identity(DEV_TENANT, frozenset(ROLES))
 identity_var: contextvars.ContextVar[Identity] = contextvars.ContextVar("identity")
 
 
@@ -78,7 +79,7 @@ class TokenTable:
 
     def authenticate(self, authorization: str | None) -> Identity:
         if self._identities is None:
-            return Identity(DEV_TENANT, frozenset(ROLES))
+            return DEV_IDENTITY
         if not authorization or not authorization.startswith("Bearer "):
             raise DomainError(
                 ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "a bearer token is required"

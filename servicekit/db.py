@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import asyncpg
@@ -28,12 +29,22 @@ UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.QueryCanceledError,
     asyncpg.exceptions.TooManyConnectionsError,
     asyncpg.exceptions.InsufficientResourcesError,
+    # A connection the server dropped while it sat idle in the pool (e.g. `pg_ctl stop -m
+    # fast`) fails its next statement with a protocol-state error rather than a connection one.
+    asyncpg.exceptions.InternalClientError,
 )
 # Conflicts that a fresh attempt of the same transaction resolves.
 RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.SerializationError,
     asyncpg.exceptions.DeadlockDetectedError,
 )
+
+
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Returning a connection to the pool runs no reset query (asyncpg's default costs a round
+    trip per call): no code keeps session state (advisory locks, LISTEN, SET, cursors) on a
+    pooled connection, as PgBouncer in transaction mode requires (DESIGN 6). asyncpg still rolls
+    back a transaction left open."""
 
 
 class Database:
@@ -63,6 +74,7 @@ class Database:
             max_size=self.settings.pool_max,
             timeout=10,
             command_timeout=self.settings.statement_timeout_ms / 1000 + 1,
+            reset=_keep_session,
             server_settings={
                 "statement_timeout": str(self.settings.statement_timeout_ms),
                 "application_name": "ration",
@@ -87,16 +99,25 @@ class Database:
         except Exception:  # any failure of the probe means "not serving"
             return False
 
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection, waiting at most the acquire timeout. asyncio.timeout instead of
+        asyncpg's own acquire timeout, which spawns a task per acquire."""
+        pool = self.pool
+        async with asyncio.timeout(self.settings.acquire_timeout_seconds):
+            conn = await pool.acquire()
+        try:
+            yield conn
+        finally:
+            await pool.release(conn)
+
     async def transaction(
         self, work: Callable[[asyncpg.Connection], Awaitable[T]], *, attempts: int = 3
     ) -> T:
         """Runs `work` in one transaction; retries serialization conflicts, maps outages."""
         for attempt in range(1, attempts + 1):
             try:
-                async with (
-                    self.pool.acquire(timeout=self.settings.acquire_timeout_seconds) as conn,
-                    conn.transaction(),
-                ):
+                async with self.connection() as conn, conn.transaction():
                     return await work(conn)
             except RETRYABLE_ERRORS:
                 if attempt == attempts:
@@ -111,8 +132,33 @@ class Database:
     async def read(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """Runs read-only `work` on one connection without an explicit transaction."""
         try:
-            async with self.pool.acquire(timeout=self.settings.acquire_timeout_seconds) as conn:
+            async with self.connection() as conn:
                 return await work(conn)
         except UNAVAILABLE_ERRORS as exc:
             log.warning("store unavailable", extra={"error": type(exc).__name__})
             raise store_unavailable() from exc
+
+    async def statement(
+        self,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        *,
+        attempts: int = 3,
+        retry_on: tuple[type[BaseException], ...] = (),
+    ) -> T:
+        """Runs `work` as one statement without an explicit transaction: the statement is its
+        own transaction (no BEGIN/COMMIT round trips), e.g. a server-side function. Conflicts
+        (and `retry_on`) are retried like transactions; outages map to STORE_UNAVAILABLE."""
+        retryable = RETRYABLE_ERRORS + retry_on
+        for attempt in range(1, attempts + 1):
+            try:
+                async with self.connection() as conn:
+                    return await work(conn)
+            except retryable:
+                if attempt == attempts:
+                    raise store_unavailable(
+                        "the database kept reporting conflicts; retry"
+                    ) from None
+            except UNAVAILABLE_ERRORS as exc:
+                log.warning("store unavailable", extra={"error": type(exc).__name__})
+                raise store_unavailable() from exc
+        raise AssertionError("unreachable")

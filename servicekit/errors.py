@@ -76,14 +76,37 @@ class DomainError(Exception):
         return f"{self.reason}: {self.message}"
 
 
+# The status travels in trailing metadata, which gRPC clients cap (8 KiB soft, 16 KiB hard by
+# default): past it the caller sees RESOURCE_EXHAUSTED instead of the refusal. A request with
+# a thousand bad entries must still read as VALIDATION_FAILED, so the detail lists the first
+# violations, each cut to a number of UTF-8 bytes, and counts the rest.
+MAX_VIOLATIONS = 10
+MAX_VIOLATION_BYTES = 100
+
+
+def _listed(violations: Sequence[FieldViolation]) -> tuple[FieldViolation, ...]:
+    def cut(text: str) -> str:
+        data = text.encode()
+        if len(data) <= MAX_VIOLATION_BYTES:
+            return text
+        return data[: MAX_VIOLATION_BYTES - 3].decode(errors="ignore") + "…"
+
+    listed = [FieldViolation(cut(v.field), cut(v.description)) for v in violations[:MAX_VIOLATIONS]]
+    if len(violations) > MAX_VIOLATIONS:
+        more = len(violations) - MAX_VIOLATIONS
+        listed.append(FieldViolation("request", f"{more} more violations not listed"))
+    return tuple(listed)
+
+
 def validation_error(violations: Sequence[FieldViolation]) -> DomainError:
     """The one way to refuse bad input: INVALID_ARGUMENT, VALIDATION_FAILED, BadRequest."""
-    summary = "; ".join(f"{v.field}: {v.description}" for v in violations[:5])
+    listed = _listed(violations)
+    summary = "; ".join(f"{v.field}: {v.description}" for v in listed[:5])
     return DomainError(
         ErrorKind.INVALID,
         "VALIDATION_FAILED",
         f"invalid request: {summary}",
-        detail=BadRequestDetail(tuple(violations)),
+        detail=BadRequestDetail(listed),
     )
 
 

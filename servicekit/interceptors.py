@@ -3,69 +3,123 @@
 from __future__ import annotations
 
 import logging
+import random
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.protobuf.message import DecodeError
 
 from servicekit.auth import TokenTable, identity_var
 from servicekit.errors import (
-    BadRequestDetail,
     DomainError,
-    ErrorKind,
-    PreconditionDetail,
-    QuotaDetail,
-    RetryDetail,
+    FieldViolation,
+    validation_error,
 )
 from servicekit.logs import request_id_var
-from servicekit.metrics import GrpcMetrics
+from servicekit.metrics import GrpcMetrics, MethodMetrics
+from servicekit.status import ErrorMapper
+
+__all__ = ["AuthInterceptor", "ErrorInterceptor", "ErrorMapper", "MetricsInterceptor"]
 
 log = logging.getLogger("ration.rpc")
 
 # Health checks and reflection stay open: probes and tooling carry no tenant.
 PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 INTERNAL_MESSAGE = "internal error"
+UNDECODABLE_ERROR = validation_error(
+    [FieldViolation("request", "is not a valid protobuf message of this method's request type")]
+)
 
-_CODES: dict[ErrorKind, grpc.StatusCode] = {
-    ErrorKind.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
-    ErrorKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
-    ErrorKind.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
-    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ErrorKind.EXISTS: grpc.StatusCode.ALREADY_EXISTS,
-    ErrorKind.EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
-    ErrorKind.PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
-    ErrorKind.CONFLICT: grpc.StatusCode.ABORTED,
-    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-}
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
+
+
+class _Undecodable:
+    """Stands in for request bytes that are not a valid message of the method's type."""
+
+
+UNDECODABLE = _Undecodable()
+
+
+def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """A deserializer that turns unparsable bytes into UNDECODABLE, which the error interceptor
+    refuses as INVALID_ARGUMENT: a raising deserializer makes gRPC answer UNKNOWN, with the
+    parser's message."""
+    if deserialize is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError:
+            return UNDECODABLE
+
+    return parse
 
 
 def _wrap(
     handler: grpc.RpcMethodHandler | None,
     unary: Callable[[Behavior], Behavior],
     stream: Callable[[Behavior], Behavior],
+    tolerant: bool = False,
 ) -> grpc.RpcMethodHandler | None:
-    """Rebuilds a handler with its behavior wrapped; only unary and server-streaming are used."""
+    """Rebuilds a handler with its behavior wrapped; only unary and server-streaming are used.
+    `tolerant` (the innermost, error interceptor) makes undecodable requests UNDECODABLE."""
     if handler is None:
         return None
+    deserializer = handler.request_deserializer
+    if tolerant:
+        deserializer = _tolerant(deserializer)
     if handler.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(
             unary(handler.unary_unary),
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
     if handler.unary_stream is not None:
         return grpc.unary_stream_rpc_method_handler(
             stream(handler.unary_stream),
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=deserializer,
             response_serializer=handler.response_serializer,
         )
     return handler
+
+
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
+
+
+class _CachingInterceptor(grpc.aio.ServerInterceptor):
+    """Wraps each method's handler once and reuses it: per-call state (metadata, identity,
+    timing) is read inside the wrapped behavior, so nothing is rebuilt per RPC."""
+
+    def __init__(self) -> None:
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler | None, Any]] = {}
+
+    async def intercept_service(
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(details)
+        method = details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self.wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def wrap(
+        self, method: str, handler: grpc.RpcMethodHandler | None
+    ) -> grpc.RpcMethodHandler | None:
+        raise NotImplementedError
+
+
+def _metadata(context: grpc.aio.ServicerContext, key: str) -> str | None:
+    for name, value in context.invocation_metadata() or ():
+        if name == key:
+            return str(value)
+    return None
 
 
 def _split(method: str) -> tuple[str, str]:
@@ -73,54 +127,55 @@ def _split(method: str) -> tuple[str, str]:
     return service, name
 
 
-class MetricsInterceptor(grpc.aio.ServerInterceptor):
+def _new_request_id() -> str:
+    # A log correlation id, not a secret: no system call per RPC (uuid4 reads os.urandom).
+    return f"{random.getrandbits(128):032x}"
+
+
+class _Series:
+    """One method's metrics and access log line around each call."""
+
+    def __init__(self, metrics: GrpcMetrics, kind: str, service: str, name: str) -> None:
+        self.method = MethodMetrics(metrics, kind, service, name)
+
+    def begin(self, context: grpc.aio.ServicerContext) -> float:
+        request_id_var.set(_metadata(context, "x-request-id") or _new_request_id())
+        self.method.started.inc()
+        return time.perf_counter()
+
+    def finish(self, context: grpc.aio.ServicerContext, start: float) -> None:
+        elapsed = time.perf_counter() - start
+        code = context.code() or grpc.StatusCode.OK
+        code_name = code.name if isinstance(code, grpc.StatusCode) else str(code)
+        self.method.finished(code_name, elapsed)
+        level = logging.DEBUG if code_name in ("OK", "CANCELLED") else logging.INFO
+        if log.isEnabledFor(level):  # the extra fields are built only for lines written
+            identity = identity_var.get(None)
+            _, service, name = self.method.labels
+            extra = {"method": name, "service": service, "code": code_name}
+            extra["duration_ms"] = round(elapsed * 1000, 3)
+            extra["tenant"] = identity.tenant if identity else None
+            log.log(level, "rpc", extra=extra)
+
+
+class MetricsInterceptor(_CachingInterceptor):
     """Counts and times every RPC by final code, and writes one access-log line per failure."""
 
     def __init__(self, metrics: GrpcMetrics) -> None:
+        super().__init__()
         self._metrics = metrics
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+    def wrap(
+        self, method: str, handler: grpc.RpcMethodHandler | None
     ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(details)
-        service, name = _split(details.method)
-        metadata = dict(details.invocation_metadata or ())
-        incoming_id = metadata.get("x-request-id")
+        service, name = _split(method)
         m = self._metrics
 
-        def begin(kind: str) -> tuple[tuple[str, str, str], float]:
-            request_id_var.set(str(incoming_id) if incoming_id else uuid.uuid4().hex)
-            labels = (kind, service, name)
-            m.started.labels(*labels).inc()
-            return labels, time.perf_counter()
-
-        def finish(
-            labels: tuple[str, str, str], start: float, context: grpc.aio.ServicerContext
-        ) -> None:
-            elapsed = time.perf_counter() - start
-            code = context.code() or grpc.StatusCode.OK
-            code_name = code.name if isinstance(code, grpc.StatusCode) else str(code)
-            m.handled.labels(*labels, code_name).inc()
-            m.handling_seconds.labels(*labels).observe(elapsed)
-            identity = identity_var.get(None)
-            level = logging.DEBUG if code_name in ("OK", "CANCELLED") else logging.INFO
-            log.log(
-                level,
-                "rpc",
-                extra={
-                    "method": name,
-                    "service": service,
-                    "code": code_name,
-                    "duration_ms": round(elapsed * 1000, 3),
-                    "tenant": identity.tenant if identity else None,
-                },
-            )
-
         def unary(behavior: Behavior) -> Behavior:
+            series = _Series(m, "unary", service, name)
+
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                labels, start = begin("unary")
+                start = series.begin(context)
                 try:
                     return await behavior(request, context)
                 except BaseException:
@@ -128,56 +183,59 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):
                         context.set_code(grpc.StatusCode.CANCELLED)
                     raise
                 finally:
-                    finish(labels, start, context)
+                    series.finish(context, start)
 
             return wrapped
 
         def stream(behavior: Behavior) -> Behavior:
+            series = _Series(m, "server_stream", service, name)
+            sent = m.msg_sent.labels(*series.method.labels)
+
             async def wrapped(
                 request: Any, context: grpc.aio.ServicerContext
             ) -> AsyncIterator[Any]:
-                labels, start = begin("server_stream")
+                start = series.begin(context)
                 try:
                     async for item in behavior(request, context):
-                        m.msg_sent.labels(*labels).inc()
+                        sent.inc()
                         yield item
                 except BaseException:
                     if context.code() is None:
                         context.set_code(grpc.StatusCode.CANCELLED)
                     raise
                 finally:
-                    finish(labels, start, context)
+                    series.finish(context, start)
 
             return wrapped
 
         return _wrap(handler, unary, stream)
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class AuthInterceptor(_CachingInterceptor):
     """Resolves the bearer token to an identity before the handler runs."""
 
     def __init__(self, tokens: TokenTable, errors: ErrorMapper) -> None:
+        super().__init__()
         self._tokens = tokens
         self._errors = errors
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+    def wrap(
+        self, method: str, handler: grpc.RpcMethodHandler | None
     ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(details)
-        if details.method.startswith(PUBLIC_PREFIXES):
+        if method.startswith(PUBLIC_PREFIXES):
             return handler
-        metadata = dict(details.invocation_metadata or ())
-        authorization = metadata.get("authorization")
         tokens, errors = self._tokens, self._errors
+
+        async def authenticate(context: grpc.aio.ServicerContext) -> None:
+            try:
+                authorization = None if tokens.dev_mode else _metadata(context, "authorization")
+                identity_var.set(tokens.authenticate(authorization))
+            except DomainError as error:
+                await errors.abort(context, error)
 
         def unary(behavior: Behavior) -> Behavior:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                try:
-                    identity_var.set(tokens.authenticate(authorization))
-                except DomainError as error:
-                    await errors.abort(context, error)
+                await authenticate(context)
                 return await behavior(request, context)
 
             return wrapped
@@ -186,10 +244,7 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             async def wrapped(
                 request: Any, context: grpc.aio.ServicerContext
             ) -> AsyncIterator[Any]:
-                try:
-                    identity_var.set(tokens.authenticate(authorization))
-                except DomainError as error:
-                    await errors.abort(context, error)
+                await authenticate(context)
                 async for item in behavior(request, context):
                     yield item
 
@@ -198,90 +253,17 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         return _wrap(handler, unary, stream)
 
 
-class ErrorMapper:
-    """DomainError → gRPC status + google.rpc.ErrorInfo + at most one typed detail."""
-
-    def __init__(self, domain: str) -> None:
-        self.domain = domain
-
-    def status(self, error: DomainError) -> tuple[grpc.StatusCode, status_pb2.Status]:
-        code = _CODES[error.kind]
-        info = error_details_pb2.ErrorInfo(
-            reason=error.reason, domain=self.domain, metadata=dict(error.metadata)
-        )
-        details = [_pack(info)]
-        typed = _detail(error.detail)
-        if typed is not None:
-            details.append(_pack(typed))
-        status = status_pb2.Status(
-            code=getattr(code_pb2, code.name), message=error.message, details=details
-        )
-        return code, status
-
-    async def abort(self, context: grpc.aio.ServicerContext, error: DomainError) -> None:
-        code, status = self.status(error)
-        await context.abort(
-            code,
-            status.message,
-            trailing_metadata=(("grpc-status-details-bin", status.SerializeToString()),),
-        )
-
-
-def _pack(message: Any) -> any_pb2.Any:
-    packed = any_pb2.Any()
-    packed.Pack(message)
-    return packed
-
-
-def _detail(detail: object) -> Any:
-    if isinstance(detail, BadRequestDetail):
-        return error_details_pb2.BadRequest(
-            field_violations=[
-                error_details_pb2.BadRequest.FieldViolation(
-                    field=v.field, description=v.description
-                )
-                for v in detail.violations
-            ]
-        )
-    if isinstance(detail, QuotaDetail):
-        return error_details_pb2.QuotaFailure(
-            violations=[
-                error_details_pb2.QuotaFailure.Violation(
-                    subject=detail.subject, description=detail.description
-                )
-            ]
-        )
-    if isinstance(detail, PreconditionDetail):
-        return error_details_pb2.PreconditionFailure(
-            violations=[
-                error_details_pb2.PreconditionFailure.Violation(
-                    type=detail.type, subject=detail.subject, description=detail.description
-                )
-            ]
-        )
-    if isinstance(detail, RetryDetail):
-        seconds = int(detail.delay_seconds)
-        nanos = int(round((detail.delay_seconds - seconds) * 1e9))
-        return error_details_pb2.RetryInfo(
-            retry_delay=duration_pb2.Duration(seconds=seconds, nanos=nanos)
-        )
-    return None
-
-
-class ErrorInterceptor(grpc.aio.ServerInterceptor):
+class ErrorInterceptor(_CachingInterceptor):
     """The only place exceptions become statuses; servicers contain no try/except."""
 
     def __init__(self, errors: ErrorMapper) -> None:
+        super().__init__()
         self._errors = errors
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        details: grpc.HandlerCallDetails,
+    def wrap(
+        self, method: str, handler: grpc.RpcMethodHandler | None
     ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(details)
         errors = self._errors
-        method = details.method
 
         async def fail(context: grpc.aio.ServicerContext, exc: Exception) -> None:
             if isinstance(exc, DomainError):
@@ -295,6 +277,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
         def unary(behavior: Behavior) -> Behavior:
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 try:
+                    if request is UNDECODABLE:
+                        raise UNDECODABLE_ERROR
                     return await behavior(request, context)
                 except grpc.aio.AbortError:
                     raise
@@ -308,6 +292,8 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
                 request: Any, context: grpc.aio.ServicerContext
             ) -> AsyncIterator[Any]:
                 try:
+                    if request is UNDECODABLE:
+                        raise UNDECODABLE_ERROR
                     async for item in behavior(request, context):
                         yield item
                 except grpc.aio.AbortError:
@@ -317,4 +303,4 @@ class ErrorInterceptor(grpc.aio.ServerInterceptor):
 
             return wrapped
 
-        return _wrap(handler, unary, stream)
+        return _wrap(handler, unary, stream, tolerant=True)

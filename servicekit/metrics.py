@@ -50,6 +50,25 @@ class GrpcMetrics:
         )
 
 
+class MethodMetrics:
+    """One method's label children, looked up once (handled: once per final code), so that
+    counting a call costs no label lookups."""
+
+    def __init__(self, metrics: GrpcMetrics, kind: str, service: str, name: str) -> None:
+        self.labels = (kind, service, name)
+        self._metrics = metrics
+        self.started = metrics.started.labels(*self.labels)
+        self._seconds = metrics.handling_seconds.labels(*self.labels)
+        self._handled: dict[str, Any] = {}
+
+    def finished(self, code: str, seconds: float) -> None:
+        counter = self._handled.get(code)
+        if counter is None:
+            counter = self._handled[code] = self._metrics.handled.labels(*self.labels, code)
+        counter.inc()
+        self._seconds.observe(seconds)
+
+
 def pool_gauges(registry: CollectorRegistry, service: str, pool_stats: Callable[[], Any]) -> None:
     """Postgres pool usage, read at scrape time from the live pool."""
     gauge = Gauge(

@@ -320,6 +320,12 @@ async def audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
 
     Runs judged in advisory mode are skipped by the grant check (they never refuse).
     Returns counts, for the caller's sanity checks."""
+    # One snapshot for every read: the services' sweepers may still be ending holds.
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        return await _audit_budget(conn)
+
+
+async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
     await assert_ledger_matches_balances(conn)
 
     gaps = await conn.fetch(
@@ -462,6 +468,15 @@ async def audit_memory(
     overlap and at most one is open; GetCapacity at the head (via `head_bytes(ref)` →
     (revision, manifest_bytes)) and the stored bytes of the head and of sampled past revisions
     equal the RFC 8785 length of the manifest materialised from the store."""
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        return await _audit_memory(conn, head_bytes, sample_revisions)
+
+
+async def _audit_memory(
+    conn: asyncpg.Connection,
+    head_bytes: Callable[[str], Awaitable[tuple[int, int]]],
+    sample_revisions: int,
+) -> dict[str, int]:
     memories = await conn.fetch("SELECT * FROM memory.memories ORDER BY memory_ref")
     revisions_checked = 0
     for memory in memories:

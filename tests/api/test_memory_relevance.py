@@ -208,7 +208,10 @@ async def test_a_warm_server_answers_exactly_like_a_cold_one_across_writes(
         pinned = 2
         answers = []
         for request in requests + [{**r, "revision": pinned} for r in requests]:
-            answers.append((await memory.list_memory(**request)).SerializeToString())
+            first = (await memory.list_memory(**request)).SerializeToString()
+            # Asked again, it is answered from what the first call cached: the same bytes.
+            assert (await memory.list_memory(**request)).SerializeToString() == first
+            answers.append(first)
         hits = await memory.search(mode=m.SEARCH_MODE_SEMANTIC, query=PARAPHRASE)
     cold = await start_server("memory", RATION_MEMORY_CACHE_ENTRIES="0")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{cold.port}") as channel:

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memory_service.candidate_cache import CandidateCache
-from memory_service.candidates import VECTOR_WEIGHT, CandidateIndex, CandidateRow
+from memory_service.candidates import RANKINGS, VECTOR_WEIGHT, CandidateIndex, CandidateRow
 from memory_service.search import fused_relevance, relevance_ranking
 from memory_service.selection import StoppedBy, rank_recency, select_prefix
 from memory_service.tokens import TokenUnit
@@ -212,3 +212,17 @@ def test_sizes_follow_the_requested_unit(unit: TokenUnit) -> None:
         index.ranked(index.all, unit)[0].size
         == {"o200k_base": 7, "cl100k_base": 8, "chars": 28}[unit.value]
     )
+
+
+def test_memoised_windows_and_rankings_are_bounded_and_weighed() -> None:
+    index = CandidateIndex([row(f"e{i}", i) for i in range(2048)])
+    base = index.weight
+    order = (index.all, np.zeros(len(index)))
+    for n in range(RANKINGS + 3):
+        index.remember_ranking(f"q{n}", (), order)
+        index.remember_lexical_window(f"q{n}", ("t",), ["e1"])
+    assert index.ranking("q0", ()) is None  # the oldest went first
+    assert index.ranking(f"q{RANKINGS + 2}", ()) is order
+    assert index.lexical_window("q0", ("t",)) == ["e1"]
+    assert index.lexical_window("q0", ()) is None
+    assert index.weight == base + RANKINGS * (1 + 2048 * 16 // 1024) + (RANKINGS + 3)

@@ -1,0 +1,47 @@
+"""MemoryItem messages, built once per entry version and size and reused by later responses."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+from memory_service.records import Item
+from ration.memory.v1 import memory_pb2
+from servicekit.timestamps import timestamp
+
+# About half a kilobyte each for typical entries; far more than one response's worth.
+DEFAULT_SIZE = 16384
+
+
+class MemoryItems:
+    """An LRU of MemoryItem messages by (entry_version_id, size).
+
+    Everything in a MemoryItem but its size is fixed by the entry version, which never
+    changes, and version ids are server-generated and unique, so a message built for one
+    response is right for every later one; building it is most of a ListMemory response's
+    cost. Responses copy the cached messages (protobuf assignment copies), never share them.
+    """
+
+    def __init__(self, size: int = DEFAULT_SIZE) -> None:
+        self._size = size
+        self._messages: OrderedDict[tuple[str, int], memory_pb2.MemoryItem] = OrderedDict()
+
+    def message(self, item: Item) -> memory_pb2.MemoryItem:
+        key = (item.entry_version_id, item.size)
+        found = self._messages.get(key)
+        if found is not None:
+            self._messages.move_to_end(key)
+            return found
+        found = memory_pb2.MemoryItem(
+            entry_id=item.entry_id,
+            entry_version_id=item.entry_version_id,
+            kind=item.kind,
+            content=item.content,
+            tags=list(item.tags),
+            created_at=timestamp(item.created_at),
+            size=item.size,
+            metadata=dict(item.metadata),
+        )
+        self._messages[key] = found
+        if len(self._messages) > self._size:
+            self._messages.popitem(last=False)
+        return found
