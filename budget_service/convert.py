@@ -85,8 +85,11 @@ def _mutation(method: str, request: Any, found: _Violations) -> cmd.Mutation:
     return cmd.Mutation(method, request.request_id, payload)
 
 
+_AMOUNT_FIELDS = tuple((d, d.field_name) for d in Dimension)
+
+
 def _amounts(message: pb.Amounts, path: str, found: _Violations) -> dict[Dimension, int]:
-    values = {d: getattr(message, d.field_name) for d in Dimension}
+    values = {d: getattr(message, name) for d, name in _AMOUNT_FIELDS}
     found += v.validate_amounts(values, path)
     return values
 

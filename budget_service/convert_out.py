@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
 from typing import TypeVar
-
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from budget_service import commands as cmd
 from budget_service import events as ev
@@ -24,6 +21,7 @@ from budget_service.records import DimensionStatus, HoldRecord, RunRecord, Store
 from budget_service.state import HoldState, RunState
 from budget_service.store_reads import StoredEvent
 from ration.budget.v1 import budget_pb2 as pb
+from servicekit.timestamps import timestamp
 
 K = TypeVar("K", bound=int)
 V = TypeVar("V")
@@ -65,14 +63,11 @@ ON_EXHAUSTION_NUMBERS = _reverse(ON_EXHAUSTION)
 OUTCOME_NUMBERS = _reverse(OUTCOMES)
 
 
-def timestamp(value: datetime) -> Timestamp:
-    stamp = Timestamp()
-    stamp.FromDatetime(value)
-    return stamp
+_AMOUNT_FIELDS = tuple((d, d.field_name) for d in Dimension)
 
 
 def amounts(values: Mapping[Dimension, int]) -> pb.Amounts:
-    return pb.Amounts(**{d.field_name: values.get(d, 0) for d in Dimension})
+    return pb.Amounts(**{name: values.get(d, 0) for d, name in _AMOUNT_FIELDS})
 
 
 def effective_budget(budget: EffectiveBudget) -> pb.EffectiveBudget:

@@ -1,16 +1,17 @@
-"""Budget use cases of the per-call protocol: Reserve, Consume, Release and Check."""
+"""Budget use cases of the per-call protocol: Reserve, Consume, Release and Check.
+
+Reserve, Consume and Release run first as one statement (fastpath.py); when that answers
+'slow' the call runs on the Python path (reservations_locked.py), which stays the
+specification. This process sends one of them per run at a time (gates.py). Check is one
+read-only statement with no transaction.
+"""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
-from dataclasses import replace
-from datetime import timedelta
-
 import asyncpg
 
-from budget_service import store, store_reads
-from budget_service.accounting import apply_reserve_breach, decide_reserve, effective_hold_state
+from budget_service import fastpath, replies, store_reads
+from budget_service.accounting import decide_reserve
 from budget_service.commands import (
     Check,
     CheckResult,
@@ -21,205 +22,98 @@ from budget_service.commands import (
     Reserve,
     ReserveResult,
 )
+from budget_service.gates import RunGates
 from budget_service.metrics import Tally
-from budget_service.policy import Enforcement, Scope, model_verdict
-from budget_service.records import HoldRecord, amounts
-from budget_service.refusals import (
-    budget_exhausted_error,
-    budget_held_error,
-    consume_settles_hold,
-    ensure_can_release,
-    ensure_can_reserve,
-    model_denied_error,
-    reservation_not_found,
-    run_not_found,
-    run_state_error,
-)
-from budget_service.state import RUN_BALANCE, Balances, HoldState, ReserveMode, RunState
+from budget_service.policy import Enforcement, model_verdict
+from budget_service.records import HoldRecord
+from budget_service.refusals import ensure_can_reserve, run_not_found
+from budget_service.reservations_locked import LockedReservations, new_reservation_id
+from budget_service.state import RUN_BALANCE, Balances, HoldState, ReserveMode
 from budget_service.transactions import Transactions
-from budget_service.unit import RunUnit
 from servicekit.errors import DomainError
+from servicekit.idempotency import RequestKey, request_id_reused
 
 # Reasons a budget (not the run's lifecycle) gives; advisory mode turns only these into grants.
 BUDGET_REASONS = frozenset({"BUDGET_MODEL_DENIED", "BUDGET_EXHAUSTED", "BUDGET_HELD"})
-# How long a caller refused with BUDGET_HELD should wait before retrying the same request_id.
-HELD_RETRY_SECONDS = 0.5
 
 
-def new_reservation_id() -> str:
-    return f"res_{uuid.uuid4().hex}"
+def _key(tenant: str, mutation: Mutation) -> RequestKey:
+    return RequestKey.of(tenant, mutation.request_id, mutation.method, mutation.payload)
+
+
+def _reply(answer: fastpath.Answer, mutation: Mutation) -> bytes:
+    """The stored reply of a done or replayed call; the refusals the functions decide."""
+    if answer.outcome == fastpath.REUSED:
+        raise request_id_reused(mutation.request_id)
+    if answer.outcome == fastpath.NOT_FOUND:
+        raise run_not_found()
+    assert answer.response is not None, answer.outcome
+    return answer.response
 
 
 class Reservations:
     def __init__(self, tx: Transactions) -> None:
         self._tx = tx
+        self.locked = LockedReservations(tx)
+        self._gates = RunGates(tx.settings.database.acquire_timeout_seconds)
 
-    async def _lock(
-        self,
-        conn: asyncpg.Connection,
-        tenant: str,
-        mutation: Mutation,
-        run_id: str,
-        reservation_id: str = "",
-    ) -> RunUnit:
-        ids = [reservation_id] if reservation_id else []
-        unit = await RunUnit.lock(
-            conn, tenant, run_id, reservation_ids=ids, request_id=mutation.request_id
-        )
-        if unit is None:
-            raise run_not_found()
-        return unit
+    def _count(self, tally: Tally) -> None:
+        self._tx.metrics.apply(tally)
 
-    async def reserve(
-        self,
-        tenant: str,
-        mutation: Mutation,
-        command: Reserve,
-        encode: Callable[[ReserveResult], bytes],
-    ) -> bytes:
+    async def reserve(self, tenant: str, mutation: Mutation, command: Reserve) -> ReserveResult:
         ttl = command.ttl_seconds or self._tx.settings.default_hold_ttl_seconds
-
-        async def work(conn: asyncpg.Connection, tally: Tally) -> ReserveResult | DomainError:
-            unit = await self._lock(conn, tenant, mutation, command.run_id)
-            run, enforcement = unit.run, unit.enforcement(self._tx.host_advisory)
-            refused = enforcement is Enforcement.HARD
-            would_refuse: list[str] = []  # advisory mode: what a hard host would have said
-            try:
-                ensure_can_reserve(run.status)
-            except DomainError as state_error:
-                return await self._refuse(conn, unit, command, state_error, tally)
-            verdict = model_verdict(command.model, run.budget.model_lists)
-            # A tool-call or retry hold names no model: model policy governs model calls only.
-            if command.model and not verdict.allowed:  # before any spend
-                denied = model_denied_error(command.model, verdict.scope or Scope.RUN)
-                if refused:
-                    return await self._refuse(conn, unit, command, denied, tally)
-                would_refuse.append(denied.reason)
-            decision = decide_reserve(unit.judged(), command.estimate, command.mode, enforcement)
-            if decision.breach is not None:
-                outcome = apply_reserve_breach(decision.breach, run.status, run.budget, enforcement)
-                unit.apply(outcome)
-                if refused:
-                    error = budget_exhausted_error(decision.breach)
-                    if outcome.status.state is RunState.INTERRUPTED:
-                        message = "the run is interrupted: resume it"
-                        error = run_state_error("RUN_INTERRUPTED", RunState.INTERRUPTED, message)
-                    return await self._refuse(conn, unit, command, error, tally)
-                would_refuse.append("BUDGET_EXHAUSTED")
-            elif decision.contention is not None:
-                if refused:
-                    held = budget_held_error(decision.contention, HELD_RETRY_SECONDS)
-                    return await self._refuse(conn, unit, command, held, tally)
-                would_refuse.append("BUDGET_HELD")
-            reason = would_refuse[0] if would_refuse else ""
-            pools = sorted(unit.current, key=lambda ref: ref.sort_key)
-            hold = HoldRecord(
-                reservation_id=new_reservation_id(),
-                run_id=command.run_id,
-                model=command.model,
-                requested=amounts(command.estimate),
-                granted=amounts(decision.granted),
-                state=HoldState.OPEN,
-                pools=tuple(unit.current[ref] for ref in pools),
-                created_at=unit.now,
-                expires_at=unit.now + timedelta(seconds=ttl),
+        reservation_id = new_reservation_id()
+        async with self._gates.hold(tenant, command.run_id):
+            answer = await fastpath.reserve(
+                self._tx.db,
+                _key(tenant, mutation),
+                command,
+                reservation_id,
+                ttl,
+                self._tx.host_advisory,
             )
-            unit.grant(hold, reason)
-            await unit.write(conn)
-            tally.holds_ended(unit.hold_ends)
-            tally.events(unit.events, enforcement)
-            tally.decision("reserve", "advisory_refused" if reason else "granted", reason)
-            if reason:
-                tally.add("advisory_refusals", reason)
+            if answer.outcome == fastpath.SLOW:
+                return await self.locked.reserve(tenant, mutation, command, reservation_id)
+        result = replies.reserve_of(_reply(answer, mutation))
+        if answer.outcome == fastpath.DONE:
+            tally = Tally()
+            tally.decision("reserve", "granted", "")
             tally.add("holds_opened")
-            return ReserveResult(hold, unit.statuses(), reason)
+            self._count(tally)
+        return result
 
-        return await self._tx.mutate(tenant, mutation, work, encode)
-
-    async def _refuse(
-        self,
-        conn: asyncpg.Connection,
-        unit: RunUnit,
-        command: Reserve,
-        error: DomainError,
-        tally: Tally,
-    ) -> DomainError:
-        """Hard refusals commit a ledger row (and a breach's events and stop), no hold."""
-        unit.refuse(error.reason, command.model, command.estimate)
-        await unit.write(conn)
-        tally.holds_ended(unit.hold_ends)
-        tally.events(unit.events, Enforcement.HARD)
-        tally.decision("reserve", "refused", error.reason)
-        return error
-
-    async def consume(
-        self,
-        tenant: str,
-        mutation: Mutation,
-        command: Consume,
-        encode: Callable[[ConsumeResult], bytes],
-    ) -> bytes:
-        async def work(conn: asyncpg.Connection, tally: Tally) -> ConsumeResult:
-            unit = await self._lock(conn, tenant, mutation, command.run_id, command.reservation_id)
-            hold, hold_state = None, None
-            if command.reservation_id:
-                found = await self._hold(conn, tenant, unit, command.reservation_id)
-                # A released or expired hold no longer counts: the usage is recorded without
-                # it, because the provider billed it; a consumed one refuses (RESERVATION_SETTLED).
-                hold = found if consume_settles_hold(found.state) else None
-                hold_state = HoldState.CONSUMED if hold else found.state
-            enforcement = unit.enforcement(self._tx.host_advisory)
-            outcome = unit.consume(
-                hold, command.model, command.usage, enforcement, command.reservation_id or None
-            )
-            await unit.write(conn)
-            tally.holds_ended(unit.hold_ends)
-            tally.events(unit.events, enforcement)
+    async def consume(self, tenant: str, mutation: Mutation, command: Consume) -> ConsumeResult:
+        async with self._gates.hold(tenant, command.run_id):
+            answer = await fastpath.consume(self._tx.db, _key(tenant, mutation), command)
+            if answer.outcome == fastpath.SLOW:
+                return await self.locked.consume(tenant, mutation, command)
+        result = replies.consume_of(_reply(answer, mutation))
+        if answer.outcome == fastpath.DONE and answer.tally is not None:
+            tally = Tally()
+            if result.hold_state is HoldState.CONSUMED:
+                tally.holds_ended([HoldState.CONSUMED])
+            for dimension in answer.tally["crossed"]:
+                tally.add("crossings", dimension)
+            for dimension in answer.tally["exhausted"]:
+                tally.add("exhaustions", dimension)
             tally.decision("consume", "recorded")
-            tally.consumed(unit.run.project_id, command.model, command.usage)
-            tally.overruns(outcome.overrun)
-            state = unit.run.status.state
-            return ConsumeResult(outcome.overrun, unit.statuses(), state, hold_state)
+            tally.consumed(answer.tally["project"], command.model, command.usage)
+            tally.overruns(result.overrun)
+            self._count(tally)
+        return result
 
-        return await self._tx.mutate(tenant, mutation, work, encode)
-
-    async def _hold(
-        self, conn: asyncpg.Connection, tenant: str, unit: RunUnit, reservation_id: str
-    ) -> HoldRecord:
-        """The named hold of this run, expired first if it is past its expiry by now."""
-        found = await store.get_hold(conn, tenant, unit.run.run_id, reservation_id)
-        if found is None:
-            raise reservation_not_found()
-        state = effective_hold_state(found.state, found.expires_at, unit.now)
-        if state is not found.state:  # overdue but not yet marked: it ends here, as expired
-            unit.expire(found)
-            found = replace(found, state=state)
-        return found
-
-    async def release(
-        self,
-        tenant: str,
-        mutation: Mutation,
-        command: Release,
-        encode: Callable[[HoldRecord], bytes],
-    ) -> bytes:
-        async def work(conn: asyncpg.Connection, tally: Tally) -> HoldRecord | DomainError:
-            unit = await self._lock(conn, tenant, mutation, command.run_id, command.reservation_id)
-            found = await self._hold(conn, tenant, unit, command.reservation_id)
-            try:
-                ensure_can_release(found.state)
-            except DomainError as settled:
-                await unit.write(conn)  # keeps the expiries this call found
-                tally.holds_ended(unit.hold_ends)
-                tally.decision("release", "refused", settled.reason)
-                return settled
-            unit.release(found)
-            await unit.write(conn)
-            tally.holds_ended(unit.hold_ends)
+    async def release(self, tenant: str, mutation: Mutation, command: Release) -> HoldRecord:
+        async with self._gates.hold(tenant, command.run_id):
+            answer = await fastpath.release(self._tx.db, _key(tenant, mutation), command)
+            if answer.outcome == fastpath.SLOW:
+                return await self.locked.release(tenant, mutation, command)
+        hold = replies.release_of(_reply(answer, mutation))
+        if answer.outcome == fastpath.DONE:
+            tally = Tally()
+            tally.holds_ended([HoldState.RELEASED])
             tally.decision("release", "recorded")
-            return replace(found, state=HoldState.RELEASED)
-
-        return await self._tx.mutate(tenant, mutation, work, encode)
+            self._count(tally)
+        return hold
 
     async def check(self, tenant: str, command: Check) -> CheckResult:
         """Read-only: judged exactly as Reserve would, by the database clock, writing nothing."""

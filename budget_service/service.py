@@ -182,7 +182,7 @@ class BudgetService:
     ) -> AsyncIterator[tuple[RunRecord, StoredEvent]]:
         """Every event after `after_seq` exactly once, in order, then live ones until the
         client cancels or the server closes the hub."""
-        with self._hub.subscribe(tenant, run_id) as subscription:
+        async with self._hub.subscribe(tenant, run_id) as subscription:
             run = await self._tx.read(lambda conn: store_reads.get_run(conn, tenant, run_id))
             if run is None:
                 raise run_not_found()

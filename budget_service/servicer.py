@@ -88,33 +88,22 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     ) -> pb.ReserveResponse:
         tenant = _caller("writer").tenant
         mutation, command = convert.reserve(request, self._max_ttl_seconds)
-        data = await self._reservations.reserve(
-            tenant, mutation, command, lambda r: out.reserve(r).SerializeToString()
-        )
-        return pb.ReserveResponse.FromString(data)
+        return out.reserve(await self._reservations.reserve(tenant, mutation, command))
 
     async def Consume(
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConsumeResponse:
         tenant = _caller("writer").tenant
         mutation, command = convert.consume(request)
-        data = await self._reservations.consume(
-            tenant, mutation, command, lambda r: out.consume(r).SerializeToString()
-        )
-        return pb.ConsumeResponse.FromString(data)
+        return out.consume(await self._reservations.consume(tenant, mutation, command))
 
     async def Release(
         self, request: pb.ReleaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseResponse:
         tenant = _caller("writer").tenant
         mutation, command = convert.release(request)
-        data = await self._reservations.release(
-            tenant,
-            mutation,
-            command,
-            lambda hold: pb.ReleaseResponse(reservation=out.reservation(hold)).SerializeToString(),
-        )
-        return pb.ReleaseResponse.FromString(data)
+        hold = await self._reservations.release(tenant, mutation, command)
+        return pb.ReleaseResponse(reservation=out.reservation(hold))
 
     async def Check(
         self, request: pb.CheckRequest, context: grpc.aio.ServicerContext

@@ -8,7 +8,7 @@ import time
 
 import asyncpg
 
-from budget_service import store_reads
+from budget_service import store_reads, watchers
 from budget_service.events import NANOS_PER_USD
 from budget_service.metrics import Tally
 from budget_service.policy import Dimension
@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 # Runs handled per sweep: a backlog drains over a few sweeps instead of one long one.
 SWEEP_BATCH = 200
 PURGE_EVERY_SECONDS = 60.0
+# Watcher rows are refreshed every few seconds by their process; these are long gone.
+STALE_WATCHER_SECONDS = 600.0
 
 
 class Sweeper:
@@ -50,6 +52,7 @@ class Sweeper:
             self._last_purge = time.monotonic()
             hours = self._tx.settings.idempotency_retention_hours
             await self._tx.db.transaction(lambda conn: store_reads.purge_requests(conn, hours))
+            await self._tx.db.transaction(lambda conn: watchers.purge(conn, STALE_WATCHER_SECONDS))
         await self._refresh_gauges()
         return expired
 

@@ -23,6 +23,8 @@ MAX_ID_LENGTH = 128  # run, project, workflow, agent, scope, reservation and req
 MAX_PAGE_SIZE = 1000
 _GLOB_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/@+-*")
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]+$")
+_SPACE = re.compile(r"\s")  # the characters str.isspace() accepts, searched in C
+_AMOUNT_LIMITS = tuple((d, d.field_name, d.spec.max_amount) for d in Dimension)
 
 
 def _path(prefix: str, name: str) -> str:
@@ -48,7 +50,7 @@ def validate_identifier(
         return [FieldViolation(path, "must not be empty")]
     if len(value) > max_length:
         return [FieldViolation(path, f"must be at most {max_length} characters")]
-    if not value.isprintable() or any(c.isspace() for c in value):
+    if not value.isprintable() or _SPACE.search(value):
         return [FieldViolation(path, "must be printable with no whitespace")]
     return []
 
@@ -140,10 +142,12 @@ def validate_scope_budget(budget: ScopeBudget, prefix: str = "") -> list[FieldVi
 def validate_amounts(amounts: Mapping[Dimension, int], prefix: str) -> list[FieldViolation]:
     """Estimates, usage and resume deltas: each amount in [0, max_amount]."""
     found: list[FieldViolation] = []
-    for dimension in Dimension:
+    for dimension, name, high in _AMOUNT_LIMITS:
         if dimension in amounts:
-            path = _path(prefix, dimension.field_name)
-            found += check_int(amounts[dimension], path, 0, dimension.spec.max_amount)
+            value = amounts[dimension]
+            if type(value) is int and 0 <= value <= high:  # the common case, without a path
+                continue
+            found += check_int(value, _path(prefix, name), 0, high)
     return found
 
 

@@ -6,9 +6,15 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterator
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
 
 import asyncpg
+
+from budget_service import watchers
+from servicekit.db import Database
 
 log = logging.getLogger(__name__)
 # The listening connection's application_name, so operators (and tests) can find it.
@@ -35,28 +41,79 @@ class Subscription:
 class EventHub:
     """Notifications carry [tenant, run_id, last_seq]; subscribers re-read the table after
     their last delivered seq on every wake, so nothing is missed or delivered twice. After a
-    listener reconnect every subscriber is woken: notifications sent meanwhile are lost."""
+    listener reconnect every subscriber is woken: notifications sent meanwhile are lost.
 
-    def __init__(self, url: str, channel: str, *, ping_seconds: float = 5.0) -> None:
+    Only watched runs are notified: a subscription registers its run in budget.watchers (see
+    watchers.py) before the subscriber's first read, and the channel is LISTENed to only while
+    someone watches. Starting to listen wakes every subscriber, so one that subscribed while
+    the listener was (re)connecting misses nothing either."""
+
+    def __init__(
+        self, url: str, channel: str, db: Database | None = None, *, ping_seconds: float = 5.0
+    ) -> None:
         self._url = url
         self._channel = channel
+        self._db = db  # where watchers are registered; None only for hubs nobody subscribes to
         self._ping_seconds = ping_seconds
-        self._subscribers: dict[tuple[str, str], set[Subscription]] = {}
+        self._subscribers: dict[watchers.Key, set[Subscription]] = {}
         self._conn: asyncpg.Connection | None = None
         self.closed = False
         self.listening = asyncio.Event()
+        self._changed = asyncio.Event()  # subscribers came or went, or the connection was lost
+        self.hub_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self._registered: set[watchers.Key] = set()
+        self._registering = asyncio.Lock()  # registrations and removals, one at a time
 
-    @contextlib.contextmanager
-    def subscribe(self, tenant: str, run_id: str) -> Iterator[Subscription]:
+    @contextlib.asynccontextmanager
+    async def subscribe(self, tenant: str, run_id: str) -> AsyncIterator[Subscription]:
+        """A subscription to the run's notifications, registered before it is handed out."""
         key, subscription = (tenant, run_id), Subscription()
         self._subscribers.setdefault(key, set()).add(subscription)
+        self._changed.set()
         try:
+            await self._register(key)
             yield subscription
         finally:
             subscribers = self._subscribers.get(key, set())
             subscribers.discard(subscription)
             if not subscribers:
                 self._subscribers.pop(key, None)
+                self._changed.set()  # the listener task removes the registration
+
+    async def _register(self, key: watchers.Key) -> None:
+        if self._db is None:
+            raise RuntimeError("this event hub has no database to register watchers in")
+        db = self._db
+        async with self._registering:
+            if key not in self._registered:
+                await db.transaction(lambda conn: watchers.register(conn, key, self.hub_id))
+                self._registered.add(key)
+
+    async def _sync_registrations(self, refresh: bool) -> None:
+        """Forgets runs nobody here watches any more; on `refresh`, keeps the others' rows
+        fresh and writes again (waking their subscribers) any the sweeper purged."""
+        if self._db is None:
+            return
+        db, hub = self._db, self.hub_id
+        async with self._registering:
+            gone = self._registered - self._subscribers.keys()
+            if gone:
+                await db.transaction(lambda conn: watchers.forget(conn, gone, hub))
+                self._registered -= gone
+            if not refresh or not self._registered:
+                return
+            kept = set(self._registered)
+            missing = await db.transaction(lambda conn: watchers.refresh(conn, kept, hub))
+
+            async def register_again(conn: asyncpg.Connection) -> None:
+                for key in missing:
+                    await watchers.register(conn, key, hub)
+
+            if missing:
+                await db.transaction(register_again)
+        for key in missing:
+            for subscription in self._subscribers.get(key, ()):
+                subscription.wake()
 
     def _wake_all(self) -> None:
         for subscribers in self._subscribers.values():
@@ -81,6 +138,8 @@ class EventHub:
                 delay = 0.1
             except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
                 log.warning("event listener lost", extra={"error": type(exc).__name__})
+            except Exception as exc:  # e.g. STORE_UNAVAILABLE while registering: retried
+                log.warning("event listener failed", extra={"error": type(exc).__name__})
             finally:
                 self.listening.clear()
                 await self._drop()
@@ -94,18 +153,35 @@ class EventHub:
             self._url, timeout=10, server_settings={"application_name": LISTENER_NAME}
         )
         self._conn = conn
-        conn.add_termination_listener(lambda _c: lost.set())
-        await conn.add_listener(self._channel, self._on_notify)
-        self.listening.set()
-        self._wake_all()
+
+        def on_lost(_conn: object) -> None:
+            lost.set()
+            self._changed.set()
+
+        conn.add_termination_listener(on_lost)
         await self._until_lost(conn, lost)
 
     async def _until_lost(self, conn: asyncpg.Connection, lost: asyncio.Event) -> None:
-        # A liveness probe, not a poll of events: a silently dead TCP peer never closes.
+        """LISTENs while there are subscribers, UNLISTENs when the last one leaves."""
+        refreshed = time.monotonic()
         while not lost.is_set() and not self.closed:
+            self._changed.clear()
+            refresh = time.monotonic() - refreshed >= self._ping_seconds
+            await self._sync_registrations(refresh)
+            if refresh:
+                refreshed = time.monotonic()
+            wanted = bool(self._subscribers)
+            if wanted and not self.listening.is_set():
+                await conn.add_listener(self._channel, self._on_notify)
+                self.listening.set()
+                self._wake_all()
+            elif not wanted and self.listening.is_set():
+                await conn.remove_listener(self._channel, self._on_notify)
+                self.listening.clear()
             try:
-                await asyncio.wait_for(lost.wait(), self._ping_seconds)
+                await asyncio.wait_for(self._changed.wait(), self._ping_seconds)
             except TimeoutError:
+                # A liveness probe, not a poll of events: a silently dead peer never closes.
                 await conn.fetchval("SELECT 1", timeout=self._ping_seconds)
 
     async def _drop(self) -> None:
@@ -117,7 +193,13 @@ class EventHub:
                 conn.terminate()
 
     async def close(self) -> None:
-        """Ends every stream (they see `closed` when woken) and the listener."""
+        """Ends every stream (they see `closed` when woken) and the listener, and forgets this
+        process's watcher rows (the sweeper purges them anyway once they go stale)."""
         self.closed = True
+        self._changed.set()
         self._wake_all()
         await self._drop()
+        if self._db is not None and self._registered:
+            keys, hub = set(self._registered), self.hub_id
+            with contextlib.suppress(Exception):  # best effort: the database may be gone
+                await self._db.transaction(lambda conn: watchers.forget(conn, keys, hub))

@@ -118,3 +118,31 @@ async def test_server_shutdown_ends_open_streams(start_server: StartServer) -> N
         else:
             assert isinstance(error, grpc.aio.AioRpcError)
             assert error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+
+
+async def test_consumes_notify_only_the_runs_someone_watches(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    """Every NOTIFY serializes commits on a cluster-wide lock, so unwatched runs get none."""
+    budget = Budget(budget_channel)
+    await budget.open_run("watched", max_tokens=10**6)
+    await budget.open_run("quiet", max_tokens=10**6)
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await db.add_listener("ration_budget_events", lambda *args: heard.put_nowait(args[-1]))
+    stream = watch(budget, "watched")
+    await read(stream, 1)  # registered before the first read
+    await produce(budget, "quiet", 1)
+    await produce(budget, "watched", 1)
+    assert [e.seq for e in await read(stream, 1)] == [2]
+    first = await asyncio.wait_for(heard.get(), READ_TIMEOUT)
+    assert first.startswith('["dev", "watched"')
+    stream.cancel()
+    for _ in range(500):  # the listener task forgets the run once its last watcher leaves
+        if not await db.fetchval("SELECT count(*) FROM budget.watchers"):
+            break
+        await asyncio.sleep(0.01)
+    await produce(budget, "watched", 1)
+    await produce(budget, "quiet", 1)
+    # Notifications arrive in commit order: a marker sent now comes after any Consume's.
+    await db.execute("SELECT pg_notify('ration_budget_events', 'marker')")
+    assert await asyncio.wait_for(heard.get(), READ_TIMEOUT) == "marker"

@@ -50,7 +50,7 @@ async def test_the_ledger_is_append_only(db: asyncpg.Connection) -> None:
         await db.execute("DELETE FROM budget.ledger")
 
 
-async def test_the_sweeper_forgets_requests_past_retention_only(
+async def test_the_sweeper_forgets_old_requests_and_stale_watchers_only(
     database_url: str, db: asyncpg.Connection
 ) -> None:
     for tenant, request_id, age in [("a", "old", 25), ("b", "old", 30), ("a", "new", 23)]:
@@ -59,6 +59,13 @@ async def test_the_sweeper_forgets_requests_past_retention_only(
             " created_at) VALUES ($1, $2, '', '', now() - make_interval(hours => $3))",
             tenant,
             request_id,
+            age,
+        )
+    for hub, age in [("gone", 3600), ("alive", 5)]:  # a killed process's watcher rows
+        await db.execute(
+            "INSERT INTO budget.watchers (tenant_id, run_id, hub_id, seen_at)"
+            " VALUES ('a', 'r', $1, now() - make_interval(secs => $2))",
+            hub,
             age,
         )
     env = Env({"RATION_DATABASE_URL": database_url, "RATION_BUDGET_METRICS_LISTEN": "off"})
@@ -72,3 +79,4 @@ async def test_the_sweeper_forgets_requests_past_retention_only(
         await database.close()
     left = await db.fetch("SELECT tenant_id, request_id FROM budget.request_log")
     assert [(r["tenant_id"], r["request_id"]) for r in left] == [("a", "new")]
+    assert await db.fetchval("SELECT array_agg(hub_id) FROM budget.watchers") == ["alive"]

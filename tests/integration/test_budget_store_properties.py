@@ -80,10 +80,6 @@ def mutation(method: str) -> cmd.Mutation:
     return cmd.Mutation(method, uuid.uuid4().hex, uuid.uuid4().bytes)
 
 
-def decode(data: bytes) -> Any:
-    return pickle.loads(data)
-
-
 @dataclass
 class Model:
     """What the test knows: open holds, and usage recorded beyond holds (allowed overruns)."""
@@ -212,7 +208,7 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
                 if not any(op[2].values()):
                     continue
                 command = cmd.Reserve(run_id, "m", op[2], 60, op[3])
-                result = decode(await r.reserve(TENANT, mutation("Reserve"), command, pickle.dumps))
+                result = await r.reserve(TENANT, mutation("Reserve"), command)
                 granted = dict(result.hold.granted)
                 model.holds.append((run_id, result.hold.reservation_id, granted))
                 after = await _balances(harness.conn, model)
@@ -225,7 +221,7 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
             elif kind == "consume" and model.holds:
                 run_id, reservation_id, granted = model.holds.pop(op[2] % len(model.holds))
                 command = cmd.Consume(run_id, reservation_id, "m", op[3])
-                result = decode(await r.consume(TENANT, mutation("Consume"), command, pickle.dumps))
+                result = await r.consume(TENANT, mutation("Consume"), command)
                 settled = result.hold_state is HoldState.CONSUMED
                 for d in DIMS:
                     beyond = op[3][d] - (granted[d] if settled else 0)
@@ -234,14 +230,14 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
             elif kind == "unreserved":
                 run_id = runs[op[1]]
                 command = cmd.Consume(run_id, "", "m", op[2])
-                await r.consume(TENANT, mutation("Consume"), command, pickle.dumps)
+                await r.consume(TENANT, mutation("Consume"), command)
                 for d in DIMS:
                     for name in (run_id, pool_id):
                         model.excess[name][d] += op[2][d]
             elif kind == "release" and model.holds:
                 run_id, reservation_id, _ = model.holds.pop(op[1] % len(model.holds))
                 command = cmd.Release(run_id, reservation_id)
-                await r.release(TENANT, mutation("Release"), command, pickle.dumps)
+                await r.release(TENANT, mutation("Release"), command)
             elif kind == "expire" and model.holds:
                 _, reservation_id, _ = model.holds[op[1] % len(model.holds)]
                 await harness.conn.execute(

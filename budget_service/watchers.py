@@ -1,0 +1,61 @@
+"""Budget SQL of the watchers table: which runs some process follows with WatchRunEvents.
+
+The one-round-trip Consume (migration 0003) sends its NOTIFY only for a run with a watcher row:
+PostgreSQL serializes every notifying commit on one cluster-wide lock held until the commit is
+flushed, so notifying runs nobody follows would serialize Consumes for nothing.
+
+Registering locks the run row FOR SHARE, which conflicts with the FOR UPDATE every writer takes
+first. So a writer that holds the run when a watcher registers commits before the registration
+does (and the watcher's first read after registering sees its events), and a writer that locks
+the run after it sees the watcher row in its next statement (and notifies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import asyncpg
+
+Key = tuple[str, str]  # (tenant, run_id)
+
+_REGISTER = """
+WITH run AS (
+    SELECT r.tenant_id, r.run_id FROM budget.runs r
+    WHERE r.tenant_id = $1 AND r.run_id = $2
+    FOR SHARE OF r
+)
+INSERT INTO budget.watchers (tenant_id, run_id, hub_id)
+SELECT run.tenant_id, run.run_id, $3 FROM run
+ON CONFLICT (tenant_id, run_id, hub_id) DO UPDATE SET seen_at = now()"""
+
+_FORGET = """
+DELETE FROM budget.watchers
+WHERE (tenant_id, run_id) IN (SELECT * FROM unnest($1::text[], $2::text[])) AND hub_id = $3"""
+
+# Rows still present are refreshed; the ones returned missing were purged (or never written).
+_REFRESH = """
+UPDATE budget.watchers SET seen_at = now()
+WHERE (tenant_id, run_id) IN (SELECT * FROM unnest($1::text[], $2::text[])) AND hub_id = $3
+RETURNING tenant_id, run_id"""
+
+# Rows of processes that stopped refreshing them (killed, or cut off from the database).
+_PURGE = "DELETE FROM budget.watchers WHERE seen_at < now() - make_interval(secs => $1)"
+
+
+async def register(conn: asyncpg.Connection, key: Key, hub_id: str) -> None:
+    await conn.execute(_REGISTER, key[0], key[1], hub_id)
+
+
+async def forget(conn: asyncpg.Connection, keys: Collection[Key], hub_id: str) -> None:
+    await conn.execute(_FORGET, [k[0] for k in keys], [k[1] for k in keys], hub_id)
+
+
+async def refresh(conn: asyncpg.Connection, keys: Collection[Key], hub_id: str) -> set[Key]:
+    """Refreshes this process's rows; returns the keys whose row is gone."""
+    rows = await conn.fetch(_REFRESH, [k[0] for k in keys], [k[1] for k in keys], hub_id)
+    return set(keys) - {(r["tenant_id"], r["run_id"]) for r in rows}
+
+
+async def purge(conn: asyncpg.Connection, stale_seconds: float) -> int:
+    status = await conn.execute(_PURGE, stale_seconds)
+    return int(status.split()[-1])
