@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import asyncpg
 import grpc
 
 from bench import memory
 from bench.caller import describe, unavailable
+from bench.database import admin
 from bench.servers import ServerProcess
 
 if TYPE_CHECKING:
@@ -47,8 +50,11 @@ def call(what: str, work: Callable[[memory.Memories], Awaitable[T]], address: st
 
 
 class MemoryFlow:
-    def __init__(self, runner: Runner, server: ServerProcess, kinds: Sequence[str]) -> None:
+    def __init__(
+        self, runner: Runner, server: ServerProcess, kinds: Sequence[str], url: str
+    ) -> None:
         self.runner = runner
+        self.url = url
         self.config = runner.config
         self.server = server
         self.kinds = kinds
@@ -72,6 +78,7 @@ class MemoryFlow:
                 [n for k in self.kinds for n in self.names(k)], error.status, error.reason
             )
             return
+        self.settle()
         if appends:
             for size in self.sizes:
                 self.appends(size, *plan[size])
@@ -99,6 +106,16 @@ class MemoryFlow:
             "entries_per_s": round(total / seconds, 1) if seconds else None,
         }
         self.config.log(f"{'memory prefill':<30} {total:,} entries in {seconds:.1f} s")
+
+    def settle(self) -> None:
+        """After the bulk load, what pgbench does before every run: VACUUM (with ANALYZE) and a
+        checkpoint, so that autovacuum and a checkpoint triggered by the prefill's WAL do not
+        land inside the measurements of whichever size happens to be measured next."""
+        began = time.monotonic()
+        asyncio.run(admin(self.url, "VACUUM (ANALYZE)"))
+        with contextlib.suppress(asyncpg.PostgresError):  # needs superuser or pg_checkpoint
+            asyncio.run(admin(self.url, "CHECKPOINT"))
+        self.runner.results.setup["memory.settle_seconds"] = round(time.monotonic() - began, 2)
 
     def appends(self, size: int, window: int, copies: int) -> None:
         """Sequential single-entry appends, round robin over `copies` memories of `size - window`

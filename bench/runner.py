@@ -223,4 +223,4 @@ class Runner:
         kinds = [n for n in FIGURES if n.startswith("memory.") and self.config.selected(n)]
         if kinds:
             with self.service("memory", url) as server:
-                MemoryFlow(self, server, kinds).run()
+                MemoryFlow(self, server, kinds, url).run()

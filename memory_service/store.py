@@ -60,14 +60,26 @@ i.entry_id, i.entry_version_id, i.entry_content_hash, i.state, i.has_tags,
 i.last_state_change_revision, v.version, v.created_in_revision
 """
 
+# Lookups by a list of entry ids walk the list and look each id up by its full key (LATERAL
+# ... LIMIT 1 keeps the planner from flattening them): on a memory Postgres has not analyzed
+# yet (right after a bulk load) it estimates one row for (tenant_id, memory_id) and would
+# otherwise apply `entry_id = ANY(...)` as a filter over a scan of the whole memory.
+# Ids are compared in the columns' "C" collation, so the key indexes serve them.
 _HEAD_ITEMS = f"""
 SELECT {_HEAD_ITEM_COLUMNS}
-FROM memory.manifest_items i
-JOIN memory.entry_versions v
-  ON v.tenant_id = i.tenant_id AND v.memory_id = i.memory_id
- AND v.entry_version_id = i.entry_version_id
-WHERE i.tenant_id = $1 AND i.memory_id = $2 AND i.to_rev IS NULL
-  AND i.entry_id = ANY($3::text[])
+FROM unnest($3::text[]) AS wanted (entry_id)
+CROSS JOIN LATERAL (
+    SELECT * FROM memory.manifest_items m
+    WHERE m.tenant_id = $1 AND m.memory_id = $2 AND m.to_rev IS NULL
+      AND m.entry_id = wanted.entry_id COLLATE "C"
+    LIMIT 1
+) i
+CROSS JOIN LATERAL (
+    SELECT version, created_in_revision FROM memory.entry_versions e
+    WHERE e.tenant_id = $1 AND e.memory_id = $2 AND e.entry_version_id = i.entry_version_id
+      AND e.entry_id = i.entry_id  -- redundant, so that either key index finds the row
+    LIMIT 1
+) v
 """
 
 # Only the active items that share their content hash with another: dedupe reads no more.
@@ -92,8 +104,14 @@ WHERE tenant_id = $1 AND memory_id = $2 AND to_rev IS NULL AND state = 'inactive
 
 # Ids ever written in this memory, including compacted ones: an id is never reused.
 _WRITTEN_ENTRY_IDS = """
-SELECT DISTINCT entry_id FROM memory.entry_versions
-WHERE tenant_id = $1 AND memory_id = $2 AND entry_id = ANY($3::text[])
+SELECT wanted.entry_id FROM unnest($3::text[]) AS wanted (entry_id)
+WHERE EXISTS (
+    SELECT FROM (
+        SELECT 1 FROM memory.entry_versions e
+        WHERE e.tenant_id = $1 AND e.memory_id = $2 AND e.entry_id = wanted.entry_id COLLATE "C"
+        LIMIT 1
+    ) AS written
+)
 """
 
 _INSERT_REVISION = """
@@ -121,9 +139,19 @@ INSERT INTO memory.entry_versions
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18)
 """
 
+# The rows are found as _HEAD_ITEMS finds them, then updated by their physical address (the
+# head lock is held, so nothing else moves them meanwhile).
 _CLOSE_ITEMS = """
 UPDATE memory.manifest_items SET to_rev = $3
-WHERE tenant_id = $1 AND memory_id = $2 AND to_rev IS NULL AND entry_id = ANY($4::text[])
+WHERE ctid = ANY (ARRAY(
+    SELECT open.ctid FROM unnest($4::text[]) AS wanted (entry_id)
+    CROSS JOIN LATERAL (
+        SELECT m.ctid FROM memory.manifest_items m
+        WHERE m.tenant_id = $1 AND m.memory_id = $2 AND m.to_rev IS NULL
+          AND m.entry_id = wanted.entry_id COLLATE "C"
+        LIMIT 1
+    ) AS open
+))
 """
 
 _OPEN_ITEMS = """

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import asyncpg
 import grpc
 from memory_support import Memory, rows_written_by_revision
+
+from memory_service import store
 
 ONE_ENTRY_APPEND = {
     "memories": 1,  # the head advanced
@@ -40,3 +44,43 @@ async def test_append_and_forget_write_the_same_rows_at_11_and_2001_entries(
 
     assert at_11 == at_2001 == ONE_ENTRY_APPEND
     assert forget_at_11 == forget_at_2001 == ONE_ENTRY_FORGET
+
+
+async def _buffers(db: asyncpg.Connection, sql: str, *args: object) -> int:
+    """Shared buffers one run of `sql` touches (EXPLAIN ANALYZE, rolled back)."""
+    transaction = db.transaction()
+    await transaction.start()
+    try:
+        plan = await db.fetchval(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", *args)
+    finally:
+        await transaction.rollback()
+    top = json.loads(plan)[0]["Plan"]
+    return int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+
+
+async def test_lookups_by_entry_id_stay_key_lookups_on_an_unanalyzed_memory(
+    memory_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    """Right after a bulk load Postgres has no statistics for the memory and estimates one row
+    per (tenant, memory); the write path's lookups by entry id must still read a handful of
+    pages, not the whole memory (they once read every version: milliseconds per write)."""
+    memory = Memory(memory_channel, "rows/unanalyzed")
+    for start in range(0, 1000, 100):
+        await memory.append(*(f"loaded entry {i}" for i in range(start, start + 100)))
+    last = await memory.append("the one to look up")
+    tenant, memory_id = await db.fetchrow(
+        "SELECT tenant_id, memory_id FROM memory.memories WHERE memory_ref = $1", memory.ref
+    )
+    await db.execute(  # forget what autovacuum may have learnt: the state right after the load
+        "DELETE FROM pg_statistic WHERE starelid IN"
+        " ('memory.entry_versions'::regclass, 'memory.manifest_items'::regclass)"
+    )
+    ids = [last.entries[0].entry_id, "mem_ent_" + "0" * 32]
+    key = (tenant, memory_id)
+    revision = last.result.revision + 1
+    read = {
+        "written": await _buffers(db, store._WRITTEN_ENTRY_IDS, *key, ids),
+        "head": await _buffers(db, store._HEAD_ITEMS, *key, ids),
+        "close": await _buffers(db, store._CLOSE_ITEMS, *key, revision, ids[:1]),
+    }
+    assert max(read.values()) < 60, read  # a full scan of this memory reads over 1,000
