@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
@@ -17,9 +17,11 @@ from memory_service.store import MemoryKey
 from memory_service.tenancy import for_tenant
 from memory_service.vectors import Vectors
 from servicekit.auth import Identity
+from servicekit.coalesce import Coalescer
 from servicekit.db import Database
 
 T = TypeVar("T")
+Head = tuple[MemoryKey, int, datetime]  # the memory, its head revision, the database clock
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,12 @@ class Snapshots:
         self._db = db
         self._cache = cache
         self._vectors = vectors
+        self._heads: Coalescer[str, str, Head] = Coalescer(self._fetch_heads)
+
+    async def _fetch_heads(self, tenant: str, memory_refs: Sequence[str]) -> dict[str, Head]:
+        return await self._db.read(
+            lambda conn: store_candidates.heads_as_tenant(conn, tenant, memory_refs)
+        )
 
     async def read(
         self,
@@ -65,17 +73,16 @@ class Snapshots:
     ) -> T | None:
         """Runs `work` on a snapshot of the memory; None when this tenant has no such memory.
 
-        Fast path: one statement (memory.head_as_tenant enters the tenant, then reads the head
-        and the clock), then the cache. A call the cache answers costs that one round trip.
+        Fast path: one statement (memory.heads_as_tenant enters the tenant, then reads the head
+        and the clock), then the cache. A call the cache answers costs that one statement, which
+        it shares with the tenant's other reads that arrived meanwhile (servicekit/coalesce.py).
 
         Full path, on any miss: a read transaction that enters the tenant and fills the cache.
         A revision's vectors are loaded outside any transaction (the first relevance read of a
         revision may embed entries written without an embedder); the read then starts over at
         that same revision with that same index, so it ends even if the cache could not keep it.
         """
-        found = await self._db.read(
-            lambda conn: store_candidates.head_as_tenant(conn, identity.tenant, memory_ref)
-        )
+        found = await self._heads.get(identity.tenant, memory_ref)
         if found is None:
             return None
         key, head, now = found

@@ -19,9 +19,10 @@ SELECT memory_id, head_revision, now() AS now FROM memory.memories
 WHERE tenant_id = $1 AND memory_ref = $2 AND head_revision > 0
 """
 
-# The same, as one statement that enters the tenant itself (migration 0003): the fast path.
-_HEAD_AS_TENANT = """
-SELECT memory_id, head_revision, now FROM memory.head_as_tenant($1, $2)
+# The same for several memories, as one statement that enters the tenant itself (migration
+# 0004): the fast path, shared by concurrent reads (snapshots.py).
+_HEADS_AS_TENANT = """
+SELECT memory_ref, memory_id, head_revision, now FROM memory.heads_as_tenant($1, $2::text[])
 """
 
 # Every query below reads one table through a key prefix and leaves joins to Python. On a
@@ -106,14 +107,16 @@ async def head_and_now(
     return MemoryKey(tenant, row["memory_id"]), row["head_revision"], row["now"]
 
 
-async def head_as_tenant(
-    conn: asyncpg.Connection, tenant: str, memory_ref: str
-) -> tuple[MemoryKey, int, datetime] | None:
-    """head_and_now outside any transaction: the statement enters the tenant on its own."""
-    row = await conn.fetchrow(_HEAD_AS_TENANT, tenant, memory_ref)
-    if row is None:
-        return None
-    return MemoryKey(tenant, row["memory_id"]), row["head_revision"], row["now"]
+async def heads_as_tenant(
+    conn: asyncpg.Connection, tenant: str, memory_refs: Sequence[str]
+) -> dict[str, tuple[MemoryKey, int, datetime]]:
+    """head_and_now of several memories outside any transaction: the statement enters the
+    tenant on its own (migration 0004). Refs without a memory of this tenant are absent."""
+    rows = await conn.fetch(_HEADS_AS_TENANT, tenant, list(memory_refs))
+    return {
+        row["memory_ref"]: (MemoryKey(tenant, row["memory_id"]), row["head_revision"], row["now"])
+        for row in rows
+    }
 
 
 def _candidate(row: asyncpg.Record) -> CandidateRow:

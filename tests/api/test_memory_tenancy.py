@@ -82,17 +82,17 @@ async def test_another_tenants_memory_reads_exactly_like_a_missing_one(
             assert SECRET_TEXT.encode() not in repr(outcome).encode()
 
 
-# The read path's one-statement function (migration 0003) with its tenant predicate removed,
+# The read path's one-statement function (migration 0004) with its tenant predicate removed,
 # and, for the control, without its switch into the RLS role either.
 HEAD_FUNCTION = """
-CREATE OR REPLACE FUNCTION memory.head_as_tenant(p_tenant text, p_memory_ref text)
-RETURNS TABLE (memory_id uuid, head_revision bigint, now timestamptz)
+CREATE OR REPLACE FUNCTION memory.heads_as_tenant(p_tenant text, p_memory_refs text[])
+RETURNS TABLE (memory_ref text, memory_id uuid, head_revision bigint, now timestamptz)
 LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM {enter};
     RETURN QUERY
-        SELECT m.memory_id, m.head_revision, now() FROM memory.memories m
-        WHERE m.memory_ref = p_memory_ref AND m.head_revision > 0;
+        SELECT m.memory_ref, m.memory_id, m.head_revision, now() FROM memory.memories m
+        WHERE m.memory_ref = ANY(p_memory_refs) AND m.head_revision > 0;
 END
 $$
 """
