@@ -2,13 +2,13 @@
 
 Reserve, Consume and Release run first as one statement (fastpath.py); when that answers
 'slow' the call runs on the Python path (reservations_locked.py), which stays the
-specification. This process sends one of them per run at a time (gates.py). Check is one
-read-only statement with no transaction.
+specification. This process sends at most two of them per run at a time (gates.py). Check is
+one read-only statement with no transaction, shared by the tenant's concurrent Checks.
 """
 
 from __future__ import annotations
 
-import asyncpg
+from collections.abc import Sequence
 
 from budget_service import fastpath, replies, store_reads
 from budget_service.accounting import decide_reserve
@@ -29,7 +29,9 @@ from budget_service.records import HoldRecord
 from budget_service.refusals import ensure_can_reserve, run_not_found
 from budget_service.reservations_locked import LockedReservations, new_reservation_id
 from budget_service.state import RUN_BALANCE, Balances, HoldState, ReserveMode
+from budget_service.store_reads import RunSnapshot
 from budget_service.transactions import Transactions
+from servicekit.coalesce import Coalescer
 from servicekit.errors import DomainError
 from servicekit.idempotency import RequestKey, request_id_reused
 
@@ -56,6 +58,11 @@ class Reservations:
         self._tx = tx
         self.locked = LockedReservations(tx)
         self._gates = RunGates(tx.settings.database.acquire_timeout_seconds)
+        # Concurrent Checks of one tenant share one read statement.
+        self._snapshots: Coalescer[str, str, RunSnapshot] = Coalescer(self._read_runs)
+
+    async def _read_runs(self, tenant: str, run_ids: Sequence[str]) -> dict[str, RunSnapshot]:
+        return await self._tx.db.read(lambda conn: store_reads.read_runs(conn, tenant, run_ids))
 
     def _count(self, tally: Tally) -> None:
         self._tx.metrics.apply(tally)
@@ -117,40 +124,36 @@ class Reservations:
 
     async def check(self, tenant: str, command: Check) -> CheckResult:
         """Read-only: judged exactly as Reserve would, by the database clock, writing nothing."""
-
-        async def work(conn: asyncpg.Connection, tally: Tally) -> CheckResult:
-            snapshot = await store_reads.read_run(conn, tenant, command.run_id)
-            if snapshot is None:
-                raise run_not_found()
-            run = snapshot.run
-            balances: Balances = {
-                RUN_BALANCE: run.balances(snapshot.overdue),
-                **{p.balance.key.ref: p.balance.judged(p.budget.policy) for p in snapshot.pools},
-            }
-            verdict = (
-                model_verdict(command.model, run.budget.model_lists) if command.model else None
-            )
-            reason = ""
-            try:
-                ensure_can_reserve(run.status)
-            except DomainError as state_error:
-                reason = state_error.reason
-            if not reason and verdict is not None and not verdict.allowed:
-                reason = "BUDGET_MODEL_DENIED"
-            if not reason:
-                decision = decide_reserve(balances, command.estimate, ReserveMode.ALL_OR_NOTHING)
-                if decision.breach is not None:
-                    reason = "BUDGET_EXHAUSTED"
-                elif decision.contention is not None:
-                    reason = "BUDGET_HELD"
-            advisory = self._tx.enforcement(run.scope_advisory) is Enforcement.ADVISORY
-            advisory_reason = ""
-            if advisory and reason in BUDGET_REASONS:
-                reason, advisory_reason = "", reason
-            outcome = "refused" if reason else "advisory_refused" if advisory_reason else "granted"
-            tally.decision("check", outcome, reason or advisory_reason)
-            view = self._tx.view(snapshot)
-            state = run.status.state
-            return CheckResult(not reason, reason, advisory_reason, state, view.dimensions, verdict)
-
-        return await self._tx.counted_read(work)
+        snapshot = await self._snapshots.get(tenant, command.run_id)
+        if snapshot is None:
+            raise run_not_found()
+        tally = Tally()
+        run = snapshot.run
+        balances: Balances = {
+            RUN_BALANCE: run.balances(snapshot.overdue),
+            **{p.balance.key.ref: p.balance.judged(p.budget.policy) for p in snapshot.pools},
+        }
+        verdict = model_verdict(command.model, run.budget.model_lists) if command.model else None
+        reason = ""
+        try:
+            ensure_can_reserve(run.status)
+        except DomainError as state_error:
+            reason = state_error.reason
+        if not reason and verdict is not None and not verdict.allowed:
+            reason = "BUDGET_MODEL_DENIED"
+        if not reason:
+            decision = decide_reserve(balances, command.estimate, ReserveMode.ALL_OR_NOTHING)
+            if decision.breach is not None:
+                reason = "BUDGET_EXHAUSTED"
+            elif decision.contention is not None:
+                reason = "BUDGET_HELD"
+        advisory = self._tx.enforcement(run.scope_advisory) is Enforcement.ADVISORY
+        advisory_reason = ""
+        if advisory and reason in BUDGET_REASONS:
+            reason, advisory_reason = "", reason
+        outcome = "refused" if reason else "advisory_refused" if advisory_reason else "granted"
+        tally.decision("check", outcome, reason or advisory_reason)
+        self._count(tally)
+        view = self._tx.view(snapshot)
+        state = run.status.state
+        return CheckResult(not reason, reason, advisory_reason, state, view.dimensions, verdict)

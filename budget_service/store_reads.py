@@ -40,7 +40,7 @@ LEFT JOIN LATERAL (
 ) o ON true"""
 
 # One statement, so the run and its pools come from one snapshot without a transaction.
-_READ_RUN = f"""
+_RUN_SNAPSHOT = f"""
 SELECT r.*, now() AS db_now,
     (SELECT ROW({", ".join(f"coalesce(sum(h.granted_{s}), 0)::bigint" for s in rows.SUFFIXES)})
      FROM budget.holds h
@@ -50,8 +50,17 @@ SELECT r.*, now() AS db_now,
         JOIN unnest(r.pool_scopes, r.pool_scope_ids) AS p(scope, scope_id)
           ON s.scope = p.scope AND s.scope_id = p.scope_id
         WHERE s.tenant_id = r.tenant_id AND s.kind = 'pooled') v) AS pools
-FROM budget.runs r
-WHERE r.tenant_id = $1 AND r.run_id = $2"""
+FROM budget.runs r"""
+
+_READ_RUN = f"{_RUN_SNAPSHOT} WHERE r.tenant_id = $1 AND r.run_id = $2"
+
+# Several runs of one tenant (Check, batched by servicekit/coalesce.py): one key lookup per
+# run id (LATERAL ... LIMIT 1), so an unanalyzed table cannot turn the list into a scan.
+_READ_RUNS = f"""
+SELECT one.* FROM unnest($2::text[]) AS wanted (run_id)
+CROSS JOIN LATERAL (
+    {_RUN_SNAPSHOT} WHERE r.tenant_id = $1 AND r.run_id = wanted.run_id LIMIT 1
+) AS one"""
 
 _GET_SCOPE_BUDGET = f"""
 SELECT v.*, now() AS db_now FROM ({_POOL_VIEW}
@@ -156,8 +165,18 @@ def _pool_view(row: Mapping[str, Any], now: datetime) -> PoolView:
 
 async def read_run(conn: asyncpg.Connection, tenant: str, run_id: str) -> RunSnapshot | None:
     row = await conn.fetchrow(_READ_RUN, tenant, run_id)
-    if row is None:
-        return None
+    return None if row is None else _snapshot(row)
+
+
+async def read_runs(
+    conn: asyncpg.Connection, tenant: str, run_ids: Sequence[str]
+) -> dict[str, RunSnapshot]:
+    """read_run of several runs in one statement; unknown run ids are absent."""
+    rows_found = await conn.fetch(_READ_RUNS, tenant, list(run_ids))
+    return {row["run_id"]: _snapshot(row) for row in rows_found}
+
+
+def _snapshot(row: asyncpg.Record) -> RunSnapshot:
     now = row["db_now"]
     pools = tuple(_pool_view(p, now) for p in json.loads(row["pools"]))
     overdue = dict(zip(Dimension, row["own_overdue"], strict=True))

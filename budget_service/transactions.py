@@ -81,12 +81,6 @@ class Transactions:
     async def read(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         return await self.db.read(work)
 
-    async def counted_read(self, work: Callable[[asyncpg.Connection, Tally], Awaitable[T]]) -> T:
-        tally = Tally()
-        result = await self.db.read(lambda conn: work(conn, tally))
-        self.metrics.apply(tally)
-        return result
-
     def enforcement(self, scope_advisory: bool) -> Enforcement:
         advisory = self.host_advisory or scope_advisory
         return Enforcement.ADVISORY if advisory else Enforcement.HARD

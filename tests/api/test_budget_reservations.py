@@ -213,3 +213,29 @@ async def test_concurrent_duplicates_count_once(
     assert settled[0].reservation_state == pb.RESERVATION_STATE_CONSUMED
     assert await db.fetchval("SELECT consumed_tokens FROM budget.runs") == 47
     assert await db.fetchval("SELECT count(*) FROM budget.ledger WHERE decision = 'consume'") == 2
+
+
+async def test_concurrent_checks_share_reads_yet_each_is_judged_on_its_own_run(
+    budget_channel: grpc.aio.Channel,
+) -> None:
+    """Concurrent Checks of one tenant go out as shared statements (servicekit/coalesce.py):
+    every answer must still be its own run's, and an unknown run among them is RUN_NOT_FOUND."""
+    budget = Budget(budget_channel)
+    limits = {"small": 10, "medium": 100, "large": 1000}
+    for run_id, limit in limits.items():
+        await budget.open_run(run_id, max_tokens=limit)
+    await budget.reserve("medium", tokens=60)  # held: 40 left of 100
+    asks = [(run_id, tokens) for run_id in limits for tokens in (5, 50, 500)] * 4
+    answers = await asyncio.gather(*(budget.check(r, tokens=t) for r, t in asks))
+    left = {"small": 10, "medium": 40, "large": 1000}
+    assert [a.would_grant for a in answers] == [t <= left[r] for r, t in asks]
+    for (run_id, _), answer in zip(asks, answers, strict=True):
+        tokens = dimension(list(answer.dimensions), pb.DIMENSION_TOKENS)
+        assert tokens.limit == limits[run_id]
+    missing = await asyncio.gather(
+        *(rpc_error(budget.check("nobody", tokens=1)) for _ in range(3)),
+        budget.check("small", tokens=1),
+    )
+    assert [(m.code, m.reason) for m in missing[:3]] == [
+        (grpc.StatusCode.NOT_FOUND, "RUN_NOT_FOUND")
+    ] * 3
