@@ -42,4 +42,4 @@ def validate_memory_ref(ref: str) -> bool:
     """
     if not 1 <= len(ref) <= MAX_MEMORY_REF_CHARS or not ref.isprintable():
         return False
-    return ".." not in re.split(r"[/\\]", ref)
+    return ".." not in ref.replace("\\", "/").split("/")

@@ -140,11 +140,10 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
     async def ListMemory(
         self, request: pb.ListMemoryRequest, context: Context
     ) -> pb.ListMemoryResponse:
-        result = await self._reads.list_memory(
-            current_identity(),
-            convert.list_query(request),
-            convert.authorization(context.invocation_metadata()),
-        )
+        query = convert.list_query(request)
+        # The caller's credentials travel on only for the run_id clamp.
+        forwarded = convert.authorization(context.invocation_metadata()) if query.run_id else None
+        result = await self._reads.list_memory(current_identity(), query, forwarded)
         return convert_out.list_response(result, self._items)
 
     async def SearchMemory(
