@@ -179,7 +179,11 @@ class EventHub:
                 await conn.remove_listener(self._channel, self._on_notify)
                 self.listening.clear()
             try:
-                await asyncio.wait_for(self._changed.wait(), self._ping_seconds)
+                # asyncio.timeout, not wait_for: on Python 3.11, wait_for returns the result and
+                # drops a cancellation that arrives as the event is set (as it is when the
+                # server stops), and this loop then outlived ServiceRunner.stop.
+                async with asyncio.timeout(self._ping_seconds):
+                    await self._changed.wait()
             except TimeoutError:
                 # A liveness probe, not a poll of events: a silently dead peer never closes.
                 await conn.fetchval("SELECT 1", timeout=self._ping_seconds)
@@ -188,7 +192,8 @@ class EventHub:
         conn, self._conn = self._conn, None
         if conn is not None and not conn.is_closed():
             try:
-                await asyncio.wait_for(conn.close(), timeout=2)
+                async with asyncio.timeout(2):  # not wait_for: see _until_lost
+                    await conn.close()
             except Exception:  # closing a broken connection may fail in any way
                 conn.terminate()
 
