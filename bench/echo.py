@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from bench.caller import Caller, Op
+from servicekit.logs import say
 
 METHOD = "/bench.Echo/Echo"
 
@@ -36,7 +37,7 @@ async def serve(listen: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    print(f"ready: echo worker listening on {listen}", flush=True)
+    say(f"ready: echo worker listening on {listen}")
     await stop.wait()
     await server.stop(0.5)
 

@@ -18,6 +18,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.echo import METHOD as ECHO_METHOD
 
+# What every worker prints once serving (counted, not parsed by line: workers share one log).
+READY = "ready: "
+
 ROOT = Path(__file__).resolve().parent.parent
 SERVICE_NAMES = {
     "budget": "ration.budget.v1.BudgetService",
@@ -80,7 +83,7 @@ class ServerProcess:
             text = self.log.read_text(errors="replace")
         except OSError:
             return 0
-        return sum(1 for line in text.splitlines() if line.startswith("ready:"))
+        return text.count(READY)
 
     def tail(self, chars: int = 3000) -> str:
         try:

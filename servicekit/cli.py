@@ -14,6 +14,7 @@ from typing import Any
 from servicekit import logs
 from servicekit.db import Database
 from servicekit.embedded import EmbeddedPostgres
+from servicekit.logs import say
 from servicekit.server import ServiceRunner
 from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
 
@@ -58,7 +59,7 @@ def database_url(settings: DatabaseSettings) -> Iterator[str]:
         yield settings.url
         return
     embedded = EmbeddedPostgres(settings.data_dir)
-    print(f"postgres: embedded, data in {embedded.data_dir}", flush=True)
+    say(f"postgres: embedded, data in {embedded.data_dir}")
     try:
         yield embedded.start()
     finally:
@@ -83,19 +84,19 @@ async def _serve(names: Sequence[str], env: Env) -> int:
                     if runner.metrics_port
                     else "off"
                 )
-                print(f"{name}_service: grpc {runner.address}  metrics {metrics}", flush=True)
+                say(f"{name}_service: grpc {runner.address}  metrics {metrics}")
             ready = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
             stopped = asyncio.ensure_future(stop.wait())
             either: list[asyncio.Future[Any]] = [ready, stopped]
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             if not stop.is_set():
-                print("ready: all services SERVING (Ctrl-C to stop)", flush=True)
+                say("ready: all services SERVING (Ctrl-C to stop)")
                 await stopped
             ready.cancel()
         finally:
             for runner in runners:
                 await runner.stop()
-        print("stopped", flush=True)
+        say("stopped")
     return 0
 
 
@@ -113,7 +114,7 @@ async def _migrate(env: Env) -> int:
             applied = await migrate(conn, [BUDGET, MEMORY])
         finally:
             await conn.close()
-    print("\n".join(applied) if applied else "migrations: up to date", flush=True)
+    say("\n".join(applied) if applied else "migrations: up to date")
     return 0
 
 

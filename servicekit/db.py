@@ -115,19 +115,12 @@ class Database:
         self, work: Callable[[asyncpg.Connection], Awaitable[T]], *, attempts: int = 3
     ) -> T:
         """Runs `work` in one transaction; retries serialization conflicts, maps outages."""
-        for attempt in range(1, attempts + 1):
-            try:
-                async with self.connection() as conn, conn.transaction():
-                    return await work(conn)
-            except RETRYABLE_ERRORS:
-                if attempt == attempts:
-                    raise store_unavailable(
-                        "the database kept reporting conflicts; retry"
-                    ) from None
-            except UNAVAILABLE_ERRORS as exc:
-                log.warning("store unavailable", extra={"error": type(exc).__name__})
-                raise store_unavailable() from exc
-        raise AssertionError("unreachable")
+
+        async def in_transaction(conn: asyncpg.Connection) -> T:
+            async with conn.transaction():
+                return await work(conn)
+
+        return await self.statement(in_transaction, attempts=attempts)
 
     async def read(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """Runs read-only `work` on one connection without an explicit transaction."""

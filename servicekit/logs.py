@@ -44,3 +44,11 @@ def configure(level: str = "INFO") -> None:
     root.setLevel(level.upper())
     # pgserver logs every pg_ctl command line at INFO.
     logging.getLogger("pgserver").setLevel(logging.WARNING)
+
+
+def say(line: str) -> None:
+    """One console line for people and supervisors (not a log record), written with a single
+    write: worker processes share their supervisor's stdout, and with PYTHONUNBUFFERED print()
+    writes the text and its newline separately, so two workers' lines could run together."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
