@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Generic, NamedTuple, TypeVar, overload
@@ -26,9 +26,12 @@ CONTENT_UNIT_CHARS = 1024
 # orchestrators repeat their queries (the task prompt every turn). A ranking is 16 bytes a row.
 LEXICAL_WINDOWS = 64
 RANKINGS = 8
+# Whole ListMemory answers by their parameters: an orchestrator asks the same question every
+# turn, and between writes the revision (and so the answer) does not change.
+LISTINGS = 16
 
 V = TypeVar("V")
-MemoKey = tuple[str, tuple[str, ...]]
+MemoKey = Hashable  # the parameters a remembered result was computed for
 
 
 class _Memo(Generic[V]):
@@ -47,8 +50,10 @@ class _Memo(Generic[V]):
         return found[0]
 
     def put(self, key: MemoKey, value: V, weight: int) -> None:
-        if key in self._found:
-            return
+        """Remembers `value` for `key`, replacing what was there (e.g. an answer gone stale)."""
+        replaced = self._found.pop(key, None)
+        if replaced is not None:
+            self.weight -= replaced[1]
         self._found[key] = (value, weight)
         self.weight += weight
         if len(self._found) > self._size:
@@ -129,6 +134,7 @@ class CandidateIndex:
         self._content_weight = 0
         self._lexical: _Memo[list[str]] = _Memo(LEXICAL_WINDOWS)
         self._rankings: _Memo[tuple[np.ndarray, np.ndarray]] = _Memo(RANKINGS)
+        self._listings: _Memo[tuple[object, int]] = _Memo(LISTINGS)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -137,7 +143,7 @@ class CandidateIndex:
     def weight(self) -> int:
         """What this index counts against the cache bound (at least 1, even when empty)."""
         rows = len(self.rows) * (1 + (VECTOR_WEIGHT if self.vectors is not None else 0))
-        memos = self._lexical.weight + self._rankings.weight
+        memos = self._lexical.weight + self._rankings.weight + self._listings.weight
         return max(1, rows + self._content_weight + memos)
 
     def remember(self, contents: Mapping[str, Content]) -> None:
@@ -161,6 +167,24 @@ class CandidateIndex:
         self, query: str, tags: Sequence[str], ranking: tuple[np.ndarray, np.ndarray]
     ) -> None:
         self._rankings.put((query, tuple(tags)), ranking, 1 + len(self.rows) * 16 // 1024)
+
+    def listing(self, key: MemoKey, now: datetime) -> object | None:
+        """An answer remembered for these parameters, if no row has expired since it was made.
+
+        The rows, their sizes, contents and rankings never change; the clock only removes rows
+        as they expire. So an answer stays exact until the earliest expiry after its making.
+        """
+        found = self._listings.get(key)
+        if found is None:
+            return None
+        answer, valid_until = found
+        return answer if micros(now) < valid_until else None
+
+    def remember_listing(self, key: MemoKey, now: datetime, answer: object) -> None:
+        now_us = micros(now)
+        later = self._expires[self._expires > now_us]
+        valid_until = int(later.min()) if len(later) else _NEVER
+        self._listings.put(key, (answer, valid_until), 1)
 
     def candidates(
         self, now: datetime, tags: Sequence[str] = (), kind: str | None = None

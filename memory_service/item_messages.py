@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
-from memory_service.records import Item
-from ration.memory.v1 import memory_pb2
+from memory_service.records import Item, ListResult
+from ration.memory.v1 import memory_pb2, memory_service_pb2
 from servicekit.timestamps import timestamp
 
 # About half a kilobyte each for typical entries; far more than one response's worth.
 DEFAULT_SIZE = 16384
+# Whole responses, for answers that are returned again as the very same object.
+RESPONSES = 256
 
 
 class MemoryItems:
@@ -24,6 +27,30 @@ class MemoryItems:
     def __init__(self, size: int = DEFAULT_SIZE) -> None:
         self._size = size
         self._messages: OrderedDict[tuple[str, int], memory_pb2.MemoryItem] = OrderedDict()
+        self._responses: OrderedDict[
+            int, tuple[ListResult, memory_service_pb2.ListMemoryResponse]
+        ] = OrderedDict()
+
+    def list_response(
+        self, answer: ListResult, build: Callable[[], memory_service_pb2.ListMemoryResponse]
+    ) -> memory_service_pb2.ListMemoryResponse:
+        """The response built for this very answer object, built once.
+
+        A remembered ListMemory answer (candidates.py) comes back as the same object for as
+        long as it is exact, so its response is too. gRPC only serializes a response, so one
+        message can serve any number of calls; the entry keeps `answer` alive, so its id is not
+        reused while the entry exists.
+        """
+        key = id(answer)
+        found = self._responses.get(key)
+        if found is not None and found[0] is answer:
+            self._responses.move_to_end(key)
+            return found[1]
+        message = build()
+        self._responses[key] = (answer, message)
+        if len(self._responses) > RESPONSES:
+            self._responses.popitem(last=False)
+        return message
 
     def message(self, item: Item) -> memory_pb2.MemoryItem:
         key = (item.entry_version_id, item.size)

@@ -71,7 +71,12 @@ class MemoryReads:
         tags = (query.tag,) if query.tag else ()
         limit = min(query.limit or self._cap, self._cap)
 
+        remembered = (query.rank, query.query if relevance else "", tags, unit, budget, limit)
+
         async def work(conn: asyncpg.Connection | None, snap: Snapshot) -> ListResult:
+            answered = snap.index.listing(remembered, snap.now)
+            if isinstance(answered, ListResult):
+                return answered
             positions = snap.index.candidates(snap.now, tags)
             order = positions
             if vector is not None:
@@ -79,7 +84,7 @@ class MemoryReads:
             selection = _select(snap.index.ranked(order, unit), budget, limit)
             rows = [snap.index.rows[c.position] for c in selection.selected]
             items = await _items(conn, snap, rows, [c.size for c in selection.selected])
-            return ListResult(
+            answer = ListResult(
                 unit=unit,
                 rank=query.rank,
                 revision=snap.revision,
@@ -91,6 +96,8 @@ class MemoryReads:
                 first_omitted=selection.first_omitted,
                 stopped_by=selection.stopped_by,
             )
+            snap.index.remember_listing(remembered, snap.now, answer)
+            return answer
 
         found = await self._snapshots.read(
             identity, query.memory_ref, query.revision, relevance, work

@@ -226,3 +226,20 @@ def test_memoised_windows_and_rankings_are_bounded_and_weighed() -> None:
     assert index.lexical_window("q0", ("t",)) == ["e1"]
     assert index.lexical_window("q0", ()) is None
     assert index.weight == base + RANKINGS * (1 + 2048 * 16 // 1024) + (RANKINGS + 3)
+
+
+def test_a_remembered_listing_lasts_until_the_next_expiry_and_no_longer() -> None:
+    made = datetime(2030, 1, 1, tzinfo=UTC)
+    first, second = made + timedelta(seconds=5), made + timedelta(seconds=9)
+    index = CandidateIndex([row("a", 3), row("b", 2, expires=first), row("c", 1, expires=second)])
+    key = ("recency", "", (), TokenUnit.CHARS, 800, 10)
+    index.remember_listing(key, made, "answer")
+    assert index.listing(key, made + timedelta(seconds=4.999999)) == "answer"
+    assert index.listing(key, first) is None  # b expires at `first`: the answer changed
+    assert index.listing(("recency", "", (), TokenUnit.CHARS, 800, 11), made) is None
+    index.remember_listing(key, first, "after b")  # made once b is gone: until c expires
+    assert index.listing(key, second - timedelta(microseconds=1)) == "after b"
+    assert index.listing(key, second) is None
+    lasting = CandidateIndex([row("a", 1)])
+    lasting.remember_listing(key, made, "forever")
+    assert lasting.listing(key, made + timedelta(days=3650)) == "forever"
