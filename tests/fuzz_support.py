@@ -4,17 +4,26 @@ answer: its status code, its ErrorInfo, the tables it changed, and the server's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import asyncpg
 import grpc
-from fault_support import SERVING, changed_tables, fingerprint, health_status
+from fault_support import (
+    SERVING,
+    ThreadedServer,
+    changed_tables,
+    cloned_database,
+    fingerprint,
+    health_status,
+)
 from google.protobuf import message_factory
 from google.protobuf.descriptor import FieldDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from rpc_errors import decode
 
@@ -314,3 +323,50 @@ class Target:
         if code != grpc.StatusCode.OK and not self.records_refusal(method, code):
             assert verdict.changed == [], f"{method} refused ({verdict.reason}) but wrote"
         assert await health_status(channel) == SERVING
+
+
+# Examples per RPC; the fixtures are module-scoped servers, reused on purpose across examples.
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+    ],
+)
+
+
+@dataclass
+class Served:
+    server: ThreadedServer
+    url: str
+    target: Target
+
+
+@contextlib.contextmanager
+def serve(
+    kind: str, target: Target, pg_server_url: str, template_database: str, **env: str
+) -> Iterator[Served]:
+    """A service on its own cloned database, in a thread, with `target` told which RPCs it
+    leaves unserved."""
+    with cloned_database(pg_server_url, template_database, "ration_fz") as url:
+        server = ThreadedServer(kind, url, **env).start()
+
+        async def setup() -> Target:
+            async with grpc.aio.insecure_channel(server.address) as channel:
+                return await target.with_unserved(channel)
+
+        try:
+            yield Served(server, url, asyncio.run(setup()))
+        finally:
+            server.stop()
+
+
+@contextlib.asynccontextmanager
+async def connected(served: Served) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(served.url)
+    try:
+        yield connection
+    finally:
+        await connection.close()

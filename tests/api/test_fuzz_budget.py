@@ -15,18 +15,24 @@ SERVING throughout.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 
 import asyncpg
 import grpc
 import pytest
 from budget_support import Budget, new_id, rpc_error
-from fault_support import ThreadedServer, cloned_database
-from fuzz_support import Hints, Target, hostile_requests, mangled_bytes
+from fuzz_support import (
+    FUZZ,
+    Hints,
+    Served,
+    Target,
+    connected,
+    hostile_requests,
+    mangled_bytes,
+    serve,
+)
 from google.rpc import error_details_pb2
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ration.budget.v1 import budget_pb2 as pb
@@ -45,40 +51,17 @@ BUDGET = Target(
     # the process's event hub in the background, also after the stream of an earlier example.
     background_tables=frozenset({"watchers"}),
 )
-FUZZ = settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
 
 pytestmark = pytest.mark.timeout(240)
 
 
-@dataclass
-class Served:
-    server: ThreadedServer
-    url: str
-    target: Target
-
-
 @pytest.fixture(scope="module")
 def served(pg_server_url: str, template_database: str) -> Iterator[Served]:
-    with cloned_database(pg_server_url, template_database, "ration_fz") as url:
-        # The sweeper would write between a call and its check: one sweep at start only.
-        server = ThreadedServer("budget", url, RATION_SWEEP_INTERVAL_MS="3600000").start()
-
-        async def setup() -> Target:
-            async with grpc.aio.insecure_channel(server.address) as channel:
-                return await BUDGET.with_unserved(channel)
-
-        try:
-            yield Served(server, url, asyncio.run(setup()))
-        finally:
-            server.stop()
+    # The sweeper would write between a call and its check: one sweep at start only.
+    with serve(
+        "budget", BUDGET, pg_server_url, template_database, RATION_SWEEP_INTERVAL_MS="3600000"
+    ) as served:
+        yield served
 
 
 @pytest.fixture
@@ -89,11 +72,8 @@ async def channel(served: Served) -> AsyncIterator[grpc.aio.Channel]:
 
 @pytest.fixture
 async def conn(served: Served) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(served.url)
-    try:
+    async with connected(served) as connection:
         yield connection
-    finally:
-        await connection.close()
 
 
 @pytest.fixture

@@ -13,75 +13,57 @@ before anything is written); the server stays SERVING throughout.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 
 import asyncpg
 import grpc
 import pytest
-from fault_support import ThreadedServer, cloned_database
-from fuzz_support import Hints, Target, hostile_requests, mangled_bytes
+from fuzz_support import (
+    FUZZ,
+    Hints,
+    Served,
+    Target,
+    connected,
+    hostile_requests,
+    mangled_bytes,
+    serve,
+)
 from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from memory_support import Memory, entry, request_id, rpc_error
 
 from ration.memory.v1 import memory_service_pb2
+from servicekit.timestamps import MAX_SECONDS, MIN_SECONDS
 
 MEMORY = Target(
     memory_service_pb2.DESCRIPTOR.services_by_name["MemoryService"],
     schema="memory",
     domain="ration.memory.v1",
 )
-FUZZ = settings(
-    max_examples=40,
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.function_scoped_fixture,
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-    ],
-)
 RUN_SECRET = "hunter2-but-longer"
-# Timestamp's valid range (0001-01-01 .. 9999-12-31 UTC), as google.protobuf checks it.
-TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)
 
 pytestmark = pytest.mark.timeout(240)
 
 
-@dataclass
-class Served:
-    server: ThreadedServer
-    url: str
-    target: Target
-
-
 @pytest.fixture(scope="module")
 def served(pg_server_url: str, template_database: str) -> Iterator[Served]:
-    with cloned_database(pg_server_url, template_database, "ration_fz") as url:
-        server = ThreadedServer(
-            "memory",
-            url,
-            RATION_MEMORY_COMPACTION_ENABLED="true",
-            RATION_MEMORY_MIN_TOMBSTONE_REVISIONS="0",
-            RATION_MEMORY_MAX_ACTIVE_ENTRIES="12",
-            RATION_MEMORY_MAX_MANIFEST_ENTRIES="24",
-            RATION_MEMORY_MAX_ENTRY_BYTES="4096",
-            RATION_MEMORY_MAX_BATCH_ENTRIES="8",
-            RATION_MEMORY_MAX_HISTORY_REVISIONS="5",
-        ).start()
-
-        async def setup() -> Target:
-            async with grpc.aio.insecure_channel(server.address) as channel:
-                return await MEMORY.with_unserved(channel)
-
-        try:
-            yield Served(server, url, asyncio.run(setup()))
-        finally:
-            server.stop()
+    with serve(
+        "memory",
+        MEMORY,
+        pg_server_url,
+        template_database,
+        RATION_MEMORY_COMPACTION_ENABLED="true",
+        RATION_MEMORY_MIN_TOMBSTONE_REVISIONS="0",
+        RATION_MEMORY_MAX_ACTIVE_ENTRIES="12",
+        RATION_MEMORY_MAX_MANIFEST_ENTRIES="24",
+        RATION_MEMORY_MAX_ENTRY_BYTES="4096",
+        RATION_MEMORY_MAX_BATCH_ENTRIES="8",
+        RATION_MEMORY_MAX_HISTORY_REVISIONS="5",
+    ) as served:
+        yield served
 
 
 @pytest.fixture
@@ -92,11 +74,8 @@ async def channel(served: Served) -> AsyncIterator[grpc.aio.Channel]:
 
 @pytest.fixture
 async def conn(served: Served) -> AsyncIterator[asyncpg.Connection]:
-    connection = await asyncpg.connect(served.url)
-    try:
+    async with connected(served) as connection:
         yield connection
-    finally:
-        await connection.close()
 
 
 @pytest.fixture
@@ -152,8 +131,8 @@ async def hints(channel: grpc.aio.Channel) -> Hints:
     [
         (3600, -1),
         (3600, 1_000_000_000),
-        (TIMESTAMP_SECONDS[1] + 1, 0),
-        (TIMESTAMP_SECONDS[0] - 1, 0),
+        (MAX_SECONDS + 1, 0),
+        (MIN_SECONDS - 1, 0),
     ],
 )
 async def test_an_out_of_range_expires_at_is_invalid_argument(
