@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -25,7 +25,8 @@ POOL_UNITS = {
     Dimension.TOOL_CALLS: "tool_calls",
     Dimension.RETRIES: "retries",
 }
-SPEND_METRICS = ("tokens", "cost", "tool_calls", "retries")
+# Counted per (tenant, project[, model]): relabelled on the way out (BudgetMetrics._spend_labels).
+SPEND_METRICS = frozenset(("tokens", "cost", "tool_calls", "retries"))
 
 # One pooled budget's current window as a gauge refresh sees it.
 PoolBalances = tuple[str, BalanceRef, Mapping[Dimension, Balance]]
@@ -128,9 +129,6 @@ class BudgetMetrics:
             "holds_expired": counter("holds_expired", "Holds that expired unconsumed."),
             "overruns": counter("overruns", "Consumes above their hold.", "dimension"),
         }
-        self._relabel: dict[str, Callable[[tuple[str, ...]], tuple[str, ...]]] = {
-            metric: self._spend_labels for metric in SPEND_METRICS
-        }
         self.holds_open = Gauge(
             "ration_budget_holds_open", "Open, unexpired holds (all replicas).", registry=registry
         )
@@ -165,9 +163,8 @@ class BudgetMetrics:
         for metric, labels, amount in tally.items:
             if amount == 0:
                 continue
-            relabel = self._relabel.get(metric)
-            if relabel is not None:
-                labels = relabel(labels)
+            if metric in SPEND_METRICS:
+                labels = self._spend_labels(labels)
             counter = self._counters[metric]
             (counter.labels(*labels) if labels else counter).inc(amount)
 
