@@ -26,7 +26,7 @@ MIGRATIONS = MigrationSet("budget", "budget_service.migrations")
 
 def factory(settings: BudgetSettings) -> AppFactory:
     def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
-        tx = Transactions(database, settings, BudgetMetrics(registry))
+        tx = Transactions(database, settings, BudgetMetrics(registry, settings.metric_labels))
         hub = EventHub(database.url, EVENTS_CHANNEL, database)
         servicer = BudgetServicer(
             BudgetCapabilities.from_settings(settings),

@@ -104,7 +104,7 @@ class Reservations:
             for dimension in answer.tally["exhausted"]:
                 tally.add("exhaustions", dimension)
             tally.decision("consume", "recorded")
-            tally.consumed(answer.tally["project"], command.model, command.usage)
+            tally.consumed(tenant, answer.tally["project"], command.model, command.usage)
             tally.overruns(result.overrun)
             self._count(tally)
         return result

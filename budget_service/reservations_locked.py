@@ -90,9 +90,10 @@ class LockedReservations:
             verdict = model_verdict(command.model, run.budget.model_lists)
             # A tool-call or retry hold names no model: model policy governs model calls only.
             if command.model and not verdict.allowed:  # before any spend
-                denied = model_denied_error(command.model, verdict.scope or Scope.RUN)
+                scope = verdict.scope or Scope.RUN
+                denied = model_denied_error(command.model, scope)
                 if refused:
-                    return await self._refuse(conn, unit, command, denied, tally)
+                    return await self._refuse(conn, unit, command, denied, tally, scope)
                 would_refuse.append(denied.reason)
             decision = decide_reserve(unit.judged(), command.estimate, command.mode, enforcement)
             if decision.breach is not None:
@@ -103,12 +104,14 @@ class LockedReservations:
                     if outcome.status.state is RunState.INTERRUPTED:
                         message = "the run is interrupted: resume it"
                         error = run_state_error("RUN_INTERRUPTED", RunState.INTERRUPTED, message)
-                    return await self._refuse(conn, unit, command, error, tally)
+                    scope = decision.breach.balance.scope
+                    return await self._refuse(conn, unit, command, error, tally, scope)
                 would_refuse.append("BUDGET_EXHAUSTED")
             elif decision.contention is not None:
                 if refused:
                     held = budget_held_error(decision.contention, HELD_RETRY_SECONDS)
-                    return await self._refuse(conn, unit, command, held, tally)
+                    scope = decision.contention.balance.scope
+                    return await self._refuse(conn, unit, command, held, tally, scope)
                 would_refuse.append("BUDGET_HELD")
             reason = would_refuse[0] if would_refuse else ""
             pools = sorted(unit.current, key=lambda ref: ref.sort_key)
@@ -143,13 +146,15 @@ class LockedReservations:
         command: Reserve,
         error: DomainError,
         tally: Tally,
+        scope: Scope = Scope.RUN,
     ) -> DomainError:
-        """Hard refusals commit a ledger row (and a breach's events and stop), no hold."""
+        """Hard refusals commit a ledger row (and a breach's events and stop), no hold;
+        `scope` is whose balance or policy refused (the run's own state: the run)."""
         unit.refuse(error.reason, command.model, command.estimate)
         await unit.write(conn)
         tally.holds_ended(unit.hold_ends)
         tally.events(unit.events, Enforcement.HARD)
-        tally.decision("reserve", "refused", error.reason)
+        tally.refused(error.reason, scope)
         return error
 
     async def consume(self, tenant: str, mutation: Mutation, command: Consume) -> ConsumeResult:
@@ -170,7 +175,7 @@ class LockedReservations:
             tally.holds_ended(unit.hold_ends)
             tally.events(unit.events, enforcement)
             tally.decision("consume", "recorded")
-            tally.consumed(unit.run.project_id, command.model, command.usage)
+            tally.consumed(tenant, unit.run.project_id, command.model, command.usage)
             tally.overruns(outcome.overrun)
             state = unit.run.status.state
             return ConsumeResult(outcome.overrun, unit.statuses(), state, hold_state)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
+from servicekit.labels import MetricLabels
 from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
 
 NANOS_PER_USD = 1_000_000_000
@@ -34,6 +35,7 @@ class BudgetSettings:
     max_hold_ttl_seconds: int
     sweep_interval_seconds: float
     idempotency_retention_hours: int
+    metric_labels: MetricLabels
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> BudgetSettings:
@@ -60,4 +62,5 @@ class BudgetSettings:
             idempotency_retention_hours=env.integer(
                 "RATION_IDEMPOTENCY_RETENTION_HOURS", 24, minimum=24
             ),
+            metric_labels=MetricLabels.from_env(env),
         )

@@ -9,9 +9,7 @@ import time
 import asyncpg
 
 from budget_service import store_reads, watchers
-from budget_service.events import NANOS_PER_USD
 from budget_service.metrics import Tally
-from budget_service.policy import Dimension
 from budget_service.transactions import Transactions
 from budget_service.unit import RunUnit
 
@@ -78,16 +76,8 @@ class Sweeper:
             return await store_reads.count_open_holds(conn), await store_reads.all_pools(conn)
 
         open_holds, pools = await self._tx.read(work)
-        metrics = self._tx.metrics
-        metrics.holds_open.set(open_holds)
-        remaining: dict[tuple[str, str, str, str], float] = {}
-        for tenant, pool in pools:
-            ref = pool.balance.key.ref
-            for d, balance in pool.balance.judged(pool.budget.policy).items():
-                if balance.remaining is None:
-                    continue
-                value = (
-                    balance.remaining / NANOS_PER_USD if d is Dimension.COST else balance.remaining
-                )
-                remaining[(tenant, ref.scope.value, ref.scope_id, d.value)] = value
-        metrics.set_pools(remaining)
+        self._tx.metrics.holds_open.set(open_holds)
+        self._tx.metrics.set_pools(
+            (tenant, pool.balance.key.ref, pool.balance.judged(pool.budget.policy))
+            for tenant, pool in pools
+        )

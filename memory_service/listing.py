@@ -106,7 +106,7 @@ class MemoryReads:
 
     def _listed(self, result: ListResult) -> ListResult:
         self._metrics.listed(
-            token_counter=result.unit.value,
+            token_counter=result.unit,
             rank=result.rank.value,
             stopped_by=result.stopped_by.value,
             total=result.total_tokens,

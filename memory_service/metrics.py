@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from memory_service.capacity import Dimension, Operation
+from memory_service.tokens import TokenUnit
+from servicekit.labels import BoundedValues
 
 # Canonical content runs from ~0.5 KiB (one entry) to the 4 MiB default ceiling; the top bucket
 # leaves room for budgets raised above the default and memories over a lowered one.
@@ -16,6 +18,9 @@ TOKENS_RETURNED_BUCKETS = (0.0,) + tuple(50.0 * 2**k for k in range(12))
 UTILIZATION_BUCKETS = tuple(round(0.1 * k, 1) for k in range(11))
 STOPPED_BY = ("none", "budget", "limit")
 RANKS = ("recency", "relevance")
+# Detector names are the server's own (plus request_secret); the bound keeps the label finite
+# even if a detector were ever named after caller input.
+MAX_DETECTORS = 100
 
 
 class MemoryMetrics:
@@ -69,6 +74,7 @@ class MemoryMetrics:
             self.capacity_refusals.labels(dimension.value)
         for mode in ("dry_run", "commit"):
             self.compactions.labels(mode)
+        self._detectors = BoundedValues(MAX_DETECTORS)
 
     def committed(self, operation: Operation, head_manifest_bytes: int) -> None:
         self.writes.labels(operation.value).inc()
@@ -76,17 +82,24 @@ class MemoryMetrics:
 
     def redacted(self, by_detector: Mapping[str, int]) -> None:
         for detector, count in by_detector.items():
-            self.redactions.labels(detector).inc(count)
+            self.redactions.labels(self._detectors(detector)).inc(count)
 
 
 class ListMetrics:
     """ListMemory: what was injected, how much of the budget it used, and what was left out."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self.tokens_returned = Histogram(
-            "ration_memory_list_tokens_returned",
-            "Size of the entries a ListMemory call returned, in its token counter's unit.",
+        # One unit per name: tokenizer tokens (by tokenizer) and characters apart.
+        self.returned_tokens = Histogram(
+            "ration_memory_list_returned_tokens",
+            "Tokens of the entries a ListMemory call returned, by the tokenizer counting them.",
             ("token_counter",),
+            buckets=TOKENS_RETURNED_BUCKETS,
+            registry=registry,
+        )
+        self.returned_chars = Histogram(
+            "ration_memory_list_returned_chars",
+            "Characters of the entries a ListMemory call returned (token_counter chars).",
             buckets=TOKENS_RETURNED_BUCKETS,
             registry=registry,
         )
@@ -109,21 +122,23 @@ class ListMetrics:
         )
         # Children resolved once: labels() takes a lock and a lookup on every call otherwise.
         self._requests = {(s, r): self.requests.labels(s, r) for s in STOPPED_BY for r in RANKS}
-        self._tokens: dict[str, Histogram] = {}
+        self._returned = {
+            unit: self.returned_chars
+            if unit is TokenUnit.CHARS
+            else self.returned_tokens.labels(unit.value)
+            for unit in TokenUnit
+        }
 
     def listed(
         self,
-        token_counter: str,
+        token_counter: TokenUnit,
         rank: str,
         stopped_by: str,
         total: int,
         omitted: int,
         budget: int | None,
     ) -> None:
-        tokens = self._tokens.get(token_counter)
-        if tokens is None:
-            tokens = self._tokens[token_counter] = self.tokens_returned.labels(token_counter)
-        tokens.observe(total)
+        self._returned[token_counter].observe(total)
         if budget:  # utilisation of "no budget" (or of a run with nothing left) is undefined
             self.budget_utilization.observe(total / budget)
         if omitted:

@@ -153,9 +153,10 @@ async def test_domain_metrics_count_after_commit(start_server: StartServer) -> N
         await rpc_error(budget.reserve("r", tokens=50))  # breach: fails the run
     metrics = scrape(runner.metrics_port)
     expected = [
-        'ration_budget_consumed_tokens_total{model="gpt-4o",project="acme"} 60.0',
-        'ration_budget_consumed_cost_usd_total{model="gpt-4o",project="acme"} 0.5',
+        'ration_budget_consumed_tokens_total{model="gpt-4o"} 60.0',
+        'ration_budget_consumed_cost_usd_total{model="gpt-4o"} 0.5',
         'ration_budget_decisions_total{decision="reserve",outcome="granted",reason=""} 1.0',
+        'ration_budget_refusals_total{reason="BUDGET_EXHAUSTED",scope="run"} 1.0',
         'ration_budget_decisions_total{decision="consume",outcome="recorded",reason=""} 1.0',
         'decision="reserve",outcome="refused",reason="BUDGET_EXHAUSTED"} 1.0',
         'ration_budget_overruns_total{dimension="tokens"} 1.0',

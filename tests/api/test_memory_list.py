@@ -264,8 +264,9 @@ async def test_list_metrics_count_tokens_utilisation_and_omissions_without_ids(
     page = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
     assert 'ration_memory_list_requests_total{rank="recency",stopped_by="budget"} 1.0' in page
     assert 'ration_memory_list_requests_total{rank="recency",stopped_by="limit"} 1.0' in page
-    assert 'ration_memory_list_tokens_returned_count{token_counter="chars"} 2.0' in page
-    assert 'ration_memory_list_tokens_returned_sum{token_counter="chars"} 300.0' in page
+    assert "ration_memory_list_returned_chars_count 2.0" in page
+    assert "ration_memory_list_returned_chars_sum 300.0" in page
+    assert 'ration_memory_list_returned_tokens_count{token_counter="o200k_base"} 0.0' in page
     assert "ration_memory_list_omitted_entries_total 3.0" in page
     assert "ration_memory_list_budget_utilization_ratio_count 1.0" in page
     assert "ration_memory_list_budget_utilization_ratio_sum 0.8" in page

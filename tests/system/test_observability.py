@@ -48,7 +48,7 @@ from procs import BIN, ROOT, Proc, clean_env
 from budget_service.servicer import BudgetServicer
 from memory_service.servicer import MemoryServicer
 from ration.budget.v1 import budget_pb2 as b
-from ration.budget.v1 import budget_service_pb2_grpc
+from ration.budget.v1 import budget_service_pb2, budget_service_pb2_grpc
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as ms
 from ration.memory.v1 import memory_service_pb2_grpc
@@ -81,6 +81,13 @@ SCENARIO_OF_METRIC = (
     ("ration_memory_", "memory-writes"),
 )
 NANOS = 1_000_000_000
+# Each dashboard's own service, the Prometheus job it is scraped as, and its RPC names.
+OWN_SERVICE = {
+    "budget": budget_service_pb2.DESCRIPTOR.services_by_name["BudgetService"],
+    "memory": ms.DESCRIPTOR.services_by_name["MemoryService"],
+}
+# Identifiers the traffic below chooses as a tenant would (the tenant itself is `dev`).
+TENANT_IDENTIFIERS = ("proj-pooled", "proj-advisory", "wf-observability", "agent-observability")
 MODEL = "gpt-4o-mini"
 OK = grpc.StatusCode.OK
 
@@ -118,6 +125,20 @@ def queries() -> list[tuple[str, str, str]]:
             match = COMPARISON.match(expr)
             assert match, f"{rule['alert']}: not `<measure> <comparison> <threshold>`"
             found.append((f"alert {rule['alert']}", expr, match["measure"]))
+    return found
+
+
+def rpc_queries() -> list[tuple[str, str, str]]:
+    """(where, own dashboard, expression) of every dashboard target on the gRPC metrics."""
+    found = []
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        board = json.loads(path.read_text())
+        nested = [inner for panel in board["panels"] for inner in panel.get("panels", [])]
+        for panel in board["panels"] + nested:
+            for target in panel.get("targets", []):
+                if "grpc_server_" in target["expr"]:
+                    where = f"{path.stem}: {panel['title']} [{target['refId']}]"
+                    found.append((where, path.stem, grafana_to_promql(target["expr"])))
     return found
 
 
@@ -619,3 +640,41 @@ def test_query_parses_and_returns_data(stack: Stack, where: str, expr: str, meas
         stack.wait(f"{where} to return data", has_data, timeout=30)
     except AssertionError:
         pytest.fail(f"{where}: no data for {measure!r}; last answer {last}")
+
+
+@pytest.mark.parametrize(
+    ("where", "board", "expr"), rpc_queries(), ids=[q[0] for q in rpc_queries()]
+)
+def test_rpc_panels_show_only_their_own_service(
+    stack: Stack, where: str, board: str, expr: str
+) -> None:
+    """Both services answer calls in this stack, so a panel that selected every ration service
+    would return the other one's methods and job too."""
+    service = OWN_SERVICE[board]
+    methods = {method.name for method in service.methods}
+    result: list[dict[str, Any]] = []
+
+    def has_data() -> bool:
+        nonlocal result
+        answer = stack.query(expr)
+        result = answer["data"]["result"] if answer["status"] == "success" else []
+        return bool(result)
+
+    stack.wait(f"{where} to return data", has_data, timeout=30)
+    for series in result:
+        labels = series["metric"]
+        assert labels.get("job", board) == board, f"{where}: shows job {labels['job']}"
+        assert labels.get("grpc_method", "") in methods | {""}, (
+            f"{where}: shows {labels['grpc_method']}, not a method of {service.full_name}"
+        )
+
+
+def test_no_series_names_a_tenant_identifier_by_default(stack: Stack) -> None:
+    for label in ("tenant", "project", "scope_id", "workflow", "agent", "run_id"):
+        answer = stack.query(f'{{__name__=~"ration_.+|grpc_.+", {label}!=""}}')
+        assert answer["status"] == "success"
+        assert answer["data"]["result"] == [], f"series labelled {label}"
+    values = json.dumps(stack.query('{__name__=~"ration_.+|grpc_.+"}')["data"]["result"])
+    assert "ration_budget_pool_remaining_tokens" in values, "the control: pool gauges are there"
+    for identifier in TENANT_IDENTIFIERS:
+        assert identifier not in values, identifier

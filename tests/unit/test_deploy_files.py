@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 COMPOSE = ROOT / "docker-compose.yml"
 RATION_SERVICES = {"budget": BudgetSettings, "memory": MemorySettings}
+# Addresses that bind every interface: /metrics has no authentication and must never use them.
+WILDCARDS = {"0.0.0.0", "::", "0:0:0:0:0:0:0:0", "", "*"}
 DEV_TOKENS = {
     "ration-dev-admin-token": {"admin"},
     "ration-dev-writer-token": {"writer"},
@@ -185,6 +187,13 @@ def test_the_image_runs_the_ration_command_and_exposes_its_ports() -> None:
         assert {server.port, server.metrics_port} <= exposed
 
 
+def test_the_image_serves_metrics_on_loopback_until_a_deployment_binds_them() -> None:
+    env = image_env() | {"RATION_TOKEN_FILE": str(ROOT / "deploy" / "compose" / "tokens.json")}
+    for settings_class in RATION_SERVICES.values():
+        server = settings_class.from_env(Env(env)).server
+        assert server.metrics_host == "127.0.0.1"
+
+
 def test_the_image_refuses_to_listen_beyond_loopback_without_tokens() -> None:
     for settings_class in RATION_SERVICES.values():
         with pytest.raises(SettingsError, match="RATION_TOKEN_FILE"):
@@ -267,7 +276,9 @@ def test_compose_ports_are_the_ports_the_service_listens_on(name: str) -> None:
     settings = RATION_SERVICES[name].from_env(Env(container_env(name)))
     server: ServerSettings = settings.server
     assert server.host == "0.0.0.0"
-    assert server.metrics_host == "0.0.0.0"
+    # The container's own name on the compose network (its /etc/hosts entry), which is what
+    # Prometheus scrapes and where the published port is forwarded; never every interface.
+    assert server.metrics_host == service(name)["hostname"] == name
     assert server.token_file is not None, "a non-loopback bind needs the token file"
     assert set(published(name)) == {server.port, server.metrics_port}
     probe = service(name)["healthcheck"]["test"]
@@ -275,6 +286,15 @@ def test_compose_ports_are_the_ports_the_service_listens_on(name: str) -> None:
     scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
     assert jobs[name]["static_configs"][0]["targets"] == [f"{name}:{server.metrics_port}"]
+
+
+def test_no_metrics_bind_of_the_image_or_compose_is_every_interface() -> None:
+    binds = {"image": image_env()} | {name: container_env(name) for name in RATION_SERVICES}
+    for where, env in binds.items():
+        for variable in ("RATION_BUDGET_METRICS_LISTEN", "RATION_MEMORY_METRICS_LISTEN"):
+            if variable in env:
+                host = env[variable].rpartition(":")[0].strip("[]")
+                assert host not in WILDCARDS, f"{where}: {variable}={env[variable]}"
 
 
 def test_compose_services_start_after_postgres_is_healthy_and_migrations_ran() -> None:

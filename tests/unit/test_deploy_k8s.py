@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -51,6 +52,25 @@ def container(deployment: Manifest) -> Manifest:
     return dict(only)
 
 
+POD_IP = "10.244.1.7"
+# Addresses that bind every interface: /metrics has no authentication and must never use them.
+WILDCARDS = {"0.0.0.0", "::", "0:0:0:0:0:0:0:0", "", "*"}
+
+
+def pod_env(deployment: Manifest, tokens: Path) -> dict[str, str]:
+    """The container's environment as the kubelet builds it: the ConfigMap, then `env` in
+    order, `$(VAR)` expanded from what is defined before, the downward API's pod IP."""
+    env = dict(one("ConfigMap", "ration-config")["data"])
+    env |= {"RATION_DATABASE_URL": "postgresql://x@db/x", "RATION_TOKEN_FILE": str(tokens)}
+    for item in container(deployment)["env"]:
+        field = item.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if field == "status.podIP":
+            env[item["name"]] = POD_IP
+        elif "value" in item:
+            env[item["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env[m[1]], item["value"])
+    return env
+
+
 def test_kustomization_lists_every_manifest_but_the_secret_example() -> None:
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     on_disk = {p.name for p in K8S.glob("*.yaml")} - {"kustomization.yaml", "secret.example.yaml"}
@@ -84,16 +104,15 @@ def test_deployment_ports_and_probes_are_what_the_service_listens_on(
 ) -> None:
     deployment = one("Deployment", f"ration-{name}")
     main = container(deployment)
-    config = one("ConfigMap", "ration-config")["data"]
     assert main["envFrom"] == [{"configMapRef": {"name": "ration-config"}}]
     assert main["args"] == [name, "serve"]
     tokens = tmp_path / "tokens.json"
     tokens.write_text('{"tokens": []}')
-    env = config | {"RATION_DATABASE_URL": "postgresql://x@db/x", "RATION_TOKEN_FILE": str(tokens)}
-    server = SETTINGS[name].from_env(Env(env)).server
+    server = SETTINGS[name].from_env(Env(pod_env(deployment, tokens))).server
     ports = {port["name"]: port["containerPort"] for port in main["ports"]}
     assert ports == {"grpc": server.port, "metrics": server.metrics_port}
     assert server.host == "0.0.0.0"
+    assert server.metrics_host == POD_IP, "metrics listen on the pod IP the scrapes reach"
     assert main["readinessProbe"]["grpc"]["port"] == server.port
     assert main["startupProbe"]["grpc"]["port"] == server.port
     assert main["livenessProbe"]["tcpSocket"]["port"] == "grpc"
@@ -106,6 +125,18 @@ def test_deployment_ports_and_probes_are_what_the_service_listens_on(
         ("grpc", server.port, "grpc"),
         ("metrics", server.metrics_port, "metrics"),
     }
+
+
+def test_no_metrics_bind_of_the_manifests_is_every_interface(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text('{"tokens": []}')
+    config = one("ConfigMap", "ration-config")["data"]
+    assert not any(key.endswith("_METRICS_LISTEN") for key in config), "set per Deployment"
+    for name in SETTINGS:
+        env = pod_env(one("Deployment", f"ration-{name}"), tokens)
+        variable = f"RATION_{name.upper()}_METRICS_LISTEN"
+        host = env[variable].rpartition(":")[0].strip("[]")
+        assert host not in WILDCARDS, f"{name}: {variable}={env[variable]}"
 
 
 @pytest.mark.parametrize("name", ["ration-budget", "ration-memory", "ration-migrate"])

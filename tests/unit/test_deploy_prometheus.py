@@ -206,3 +206,109 @@ def test_prometheus_scrapes_both_services_and_loads_the_alerts() -> None:
     assert config["rule_files"] == ["alerts.yml"]
     jobs = {job["job_name"] for job in config["scrape_configs"]}
     assert {"budget", "memory"} <= jobs
+
+
+# ---- units and services of the dashboard panels ------------------------------------------------
+
+OWN_SERVICE = {
+    "budget": "ration.budget.v1.BudgetService",
+    "memory": "ration.memory.v1.MemoryService",
+}
+# A metric's unit is the suffix of its name (Prometheus naming); anything else counts events.
+UNIT_SUFFIXES = ("usd", "tokens", "chars", "bytes", "seconds", "ratio")
+# The Grafana units that draw a query unit on an axis.
+GRAFANA_UNITS = {
+    "usd": {"currencyUSD"},
+    "usd/h": {"currencyUSD"},
+    "tokens": {"count:tokens"},
+    "tokens/s": {"count:tokens/s"},
+    "chars": {"count:chars"},
+    "bytes": {"bytes"},
+    "seconds": {"s"},
+    "ratio": {"percentunit"},
+    "percent": {"percent"},
+    "count": {"short", "none"},
+    "count/s": {"ops", "reqps"},
+}
+
+
+def metric_unit(name: str) -> str:
+    base = re.sub(r"_(total|bucket|sum|count)$", "", name)
+    return next((unit for unit in UNIT_SUFFIXES if base.endswith(f"_{unit}")), "count")
+
+
+def query_unit(expr: str) -> str:
+    """The unit of what a query draws: its metrics' unit, per second for a rate, per hour for
+    3600 × a rate, a ratio (or percent for 100 ×) for one aggregate divided by another."""
+    units = {metric_unit(name) for name in METRIC.findall(expr)}
+    assert len(units) == 1, f"{expr!r} mixes units {units}"
+    (unit,) = units
+    shape = re.sub(r"\{[^}]*\}|\[[^\]]*\]", "", expr).strip()
+    if re.search(r"\)\s*/\s*", shape):
+        return "percent" if shape.startswith("100 *") else "ratio"
+    if "histogram_quantile" in shape or not re.search(r"\b(?:rate|irate)\(", shape):
+        return unit
+    return f"{unit}/h" if shape.startswith("3600 *") else f"{unit}/s"
+
+
+def drawn_panels() -> Iterator[tuple[str, dict[str, Any]]]:
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        for panel in panels(json.loads(path.read_text())):
+            if panel["type"] != "row":
+                yield path.stem, panel
+
+
+@pytest.mark.parametrize(
+    ("board", "panel"), list(drawn_panels()), ids=lambda v: v if isinstance(v, str) else v["title"]
+)
+def test_each_panel_axis_carries_one_unit(board: str, panel: dict[str, Any]) -> None:
+    units = {query_unit(grafana_to_promql(target["expr"])) for target in panel["targets"]}
+    assert len(units) == 1, f"{board}: {panel['title']} draws {units} on one axis"
+    (unit,) = units
+    field_config = panel["fieldConfig"]
+    assert field_config["defaults"].get("unit") in GRAFANA_UNITS[unit], (
+        f"{board}: {panel['title']} draws {unit} but its axis says "
+        f"{field_config['defaults'].get('unit')!r}"
+    )
+    for override in field_config["overrides"]:
+        assert all(p["id"] != "unit" for p in override["properties"]), "a second unit"
+    if unit.endswith("/h"):
+        assert "per hour" in panel["title"]
+        assert "per hour" in field_config["defaults"]["custom"]["axisLabel"]
+
+
+def test_the_cost_rate_panel_states_its_unit_per_hour() -> None:
+    board = json.loads((DASHBOARDS / "budget.json").read_text())
+    (panel,) = [p for p in panels(board) if p["title"].startswith("Cost rate")]
+    assert query_unit(grafana_to_promql(panel["targets"][0]["expr"])) == "usd/h"
+    assert panel["title"].endswith("(USD per hour)")
+
+
+def test_the_unit_check_tells_units_apart() -> None:
+    assert query_unit("sum(ration_budget_pool_remaining_usd)") == "usd"
+    assert query_unit("3600 * sum(rate(ration_budget_consumed_cost_usd_total[1m]))") == "usd/h"
+    assert query_unit("sum(rate(ration_budget_consumed_tokens_total[1m]))") == "tokens/s"
+    assert query_unit(
+        "100 * min(ration_budget_pool_remaining_tokens) / max(ration_budget_pool_limit_tokens)"
+    ) == ("percent")
+    assert query_unit(
+        "histogram_quantile(0.5, sum by (le) (rate(ration_x_seconds_bucket[1m])))"
+    ) == ("seconds")
+    with pytest.raises(AssertionError, match="mixes units"):
+        query_unit("ration_budget_pool_remaining_tokens or ration_budget_pool_remaining_usd")
+
+
+@pytest.mark.parametrize("name", sorted(OWN_SERVICE))
+def test_rpc_panels_select_only_their_own_service(name: str) -> None:
+    board = json.loads((DASHBOARDS / f"{name}.json").read_text())
+    selected = 0
+    for panel in panels(board):
+        for target in panel.get("targets", []):
+            expr = target["expr"]
+            references = re.findall(r"\bgrpc_server_\w+", expr)
+            selectors = re.findall(r"\bgrpc_server_\w+\{([^}]*)\}", expr)
+            assert len(selectors) == len(references), f"{panel['title']}: a bare gRPC metric"
+            for selector in selectors:
+                assert f'grpc_service="{OWN_SERVICE[name]}"' in selector, panel["title"]
+                selected += 1
+    assert selected >= 5, "the RPC panels are checked"
