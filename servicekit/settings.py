@@ -180,6 +180,10 @@ class ServerSettings:
         token_file = env.path("RATION_TOKEN_FILE")
         if token_file is not None and not token_file.is_file():
             raise SettingsError(f"RATION_TOKEN_FILE={token_file} is invalid: no such file")
+        if token_file is not None:
+            from servicekit.auth import TokenTable  # imports this module (SettingsError)
+
+            TokenTable.load(token_file)  # a bad row stops the process before anything starts
         settings = cls(
             host=host,
             port=port,

@@ -283,3 +283,17 @@ async def test_unknown_methods_are_unimplemented_and_cache_or_count_nothing(
         assert not [series for series in after if "Nope" in series or "Method1" in series]
     finally:
         await runner.stop()
+
+
+async def test_the_bearer_scheme_is_accepted_in_any_case(
+    database_url: str, token_file: Path
+) -> None:
+    runner = await start_probe(database_url, RATION_TOKEN_FILE=str(token_file))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+            for scheme in ("bearer", "BEARER", "beArer"):
+                metadata = (("authorization", f"{scheme} alpha-token"),)
+                answer = json.loads(await call(channel, "WhoAmI")(b"", metadata=metadata))
+                assert answer["tenant"] == "alpha"
+    finally:
+        await runner.stop()
