@@ -85,6 +85,10 @@ def parse_address(name: str, value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port_text)
 
 
+# What a gRPC client receives unless configured otherwise (grpc.max_receive_message_length).
+DEFAULT_CLIENT_RECEIVE_BYTES = 4 * 1024 * 1024
+RESPONSE_MARGIN_BYTES = 64 * 1024
+
 Resolver = Callable[[str], list[str]]
 
 
@@ -164,6 +168,13 @@ class ServerSettings:
     def dev_mode(self) -> bool:
         """No token configuration: single-tenant development, loopback only."""
         return self.token_file is None
+
+    @property
+    def max_response_bytes(self) -> int:
+        """The most a response built from many entries may hold: the message limit, and never
+        more than a default gRPC client receives, less room for the response's other fields."""
+        limit = min(self.max_message_bytes, DEFAULT_CLIENT_RECEIVE_BYTES)
+        return limit - min(RESPONSE_MARGIN_BYTES, limit // 16)
 
     @classmethod
     def from_env(
