@@ -16,7 +16,7 @@ from memory_service.compacting import MemoryCompaction
 from memory_service.compaction import CompactionPolicy
 from memory_service.embedding import Embedder, EmbedderUnavailable
 from memory_service.item_messages import MemoryItems
-from memory_service.listing import MemoryReads
+from memory_service.listing import MemoryReads, ResponseSize
 from memory_service.metrics import ListMetrics, MemoryMetrics
 from memory_service.queries import MemoryQueries
 from memory_service.service import MemoryWrites
@@ -112,6 +112,7 @@ def factory(settings: MemorySettings) -> AppFactory:
     def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
         path = WritePath(database, WritePolicy(budget, policy, limits), MemoryMetrics(registry))
         link = BudgetLink(settings.budget_address) if settings.budget_address else None
+        items = MemoryItems()
         reads = MemoryReads(
             database,
             CandidateCache(settings.cache_entries),
@@ -120,6 +121,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             ListMetrics(registry),
             TokenUnit(settings.token_counter),
             settings.list_limit_cap,
+            ResponseSize(settings.server.max_response_bytes, items.wire_size),
         )
         servicer = MemoryServicer(
             capabilities,
@@ -127,7 +129,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             MemoryCompaction(path),
             MemoryQueries(database, budget, policy, settings.max_history_revisions),
             reads,
-            MemoryItems(),
+            items,
         )
 
         def register(server: grpc.aio.Server) -> None:

@@ -46,6 +46,7 @@ _STOPPED_BY = {
     StoppedBy.NONE: memory_pb2.STOPPED_BY_NONE,
     StoppedBy.BUDGET: memory_pb2.STOPPED_BY_BUDGET,
     StoppedBy.LIMIT: memory_pb2.STOPPED_BY_LIMIT,
+    StoppedBy.SIZE: memory_pb2.STOPPED_BY_SIZE,
 }
 _STATES = {
     ItemState.ACTIVE: memory_pb2.ENTRY_STATE_ACTIVE,
@@ -254,4 +255,5 @@ def search_response(
             memory_service_pb2.SearchHit(entry=items.message(i), score=s) for i, s in result.hits
         ],
         revision=result.revision,
+        stopped_by=_STOPPED_BY[result.stopped_by],
     )

@@ -13,6 +13,10 @@ from servicekit.timestamps import timestamp
 DEFAULT_SIZE = 16384
 # Whole responses, for answers that are returned again as the very same object.
 RESPONSES = 256
+# What an entry costs a response beyond its MemoryItem's own bytes, in either response: field
+# tags and length prefixes (ListMemory 1 + 5 at most; SearchMemory twice that, plus the score's
+# 9). An upper bound, so that summing wire sizes never underestimates.
+ITEM_FRAMING_BYTES = 32
 
 
 class MemoryItems:
@@ -26,7 +30,10 @@ class MemoryItems:
 
     def __init__(self, size: int = DEFAULT_SIZE) -> None:
         self._size = size
-        self._messages: OrderedDict[tuple[str, int], memory_pb2.MemoryItem] = OrderedDict()
+        # Each message with its serialized size, measured once.
+        self._messages: OrderedDict[tuple[str, int], tuple[memory_pb2.MemoryItem, int]] = (
+            OrderedDict()
+        )
         self._responses: OrderedDict[
             int, tuple[ListResult, memory_service_pb2.ListMemoryResponse]
         ] = OrderedDict()
@@ -53,12 +60,19 @@ class MemoryItems:
         return message
 
     def message(self, item: Item) -> memory_pb2.MemoryItem:
+        return self._built(item)[0]
+
+    def wire_size(self, item: Item) -> int:
+        """The bytes this entry adds to a ListMemory or SearchMemory response (at most)."""
+        return self._built(item)[1] + ITEM_FRAMING_BYTES
+
+    def _built(self, item: Item) -> tuple[memory_pb2.MemoryItem, int]:
         key = (item.entry_version_id, item.size)
         found = self._messages.get(key)
         if found is not None:
             self._messages.move_to_end(key)
             return found
-        found = memory_pb2.MemoryItem(
+        message = memory_pb2.MemoryItem(
             entry_id=item.entry_id,
             entry_version_id=item.entry_version_id,
             kind=item.kind,
@@ -68,7 +82,7 @@ class MemoryItems:
             size=item.size,
             metadata=dict(item.metadata),
         )
-        self._messages[key] = found
+        found = self._messages[key] = (message, message.ByteSize())
         if len(self._messages) > self._size:
             self._messages.popitem(last=False)
         return found

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import asyncpg
 import numpy as np
@@ -18,13 +19,28 @@ from memory_service.metrics import ListMetrics
 from memory_service.read_validation import DEFAULT_SEARCH_LIMIT, validate_list, validate_search
 from memory_service.records import Item, ListResult, SearchResult
 from memory_service.search import fused_relevance
-from memory_service.selection import Selection, StoppedBy, select_prefix
+from memory_service.selection import (
+    Selection,
+    StoppedBy,
+    fit_response,
+    fitting_count,
+    select_prefix,
+)
 from memory_service.snapshots import NeedDatabase, Snapshot, Snapshots
 from memory_service.tokens import TokenUnit
 from memory_service.validation import raise_if
 from memory_service.vectors import Vectors
 from servicekit.auth import Identity
 from servicekit.db import Database
+
+
+@dataclass(frozen=True)
+class ResponseSize:
+    """The bound on a response built from many entries, and what one entry adds to it."""
+
+    max_bytes: int
+    measure: Callable[[Item], int]
+
 
 # How many full-text matches join the fusion: enough to lift exact names and ids, bounded so
 # a common word costs the same in a memory of 200 entries as in one of 5,000.
@@ -45,6 +61,7 @@ class MemoryReads:
         metrics: ListMetrics,
         default_unit: TokenUnit,
         list_limit_cap: int,
+        response_size: ResponseSize,
     ) -> None:
         self._snapshots = Snapshots(db, cache, vectors)
         self._metrics = metrics
@@ -53,6 +70,7 @@ class MemoryReads:
         self._budget_link = budget_link
         self._default_unit = default_unit
         self._cap = list_limit_cap
+        self._response_size = response_size
 
     async def list_memory(
         self, identity: Identity, query: ListQuery, authorization: str | None = None
@@ -81,9 +99,12 @@ class MemoryReads:
             order = positions
             if vector is not None:
                 order, _ = await self._relevance(conn, snap, positions, vector, query.query, tags)
-            selection = _select(snap.index.ranked(order, unit), budget, limit)
-            rows = [snap.index.rows[c.position] for c in selection.selected]
-            items = await _items(conn, snap, rows, [c.size for c in selection.selected])
+            chosen = _select(snap.index.ranked(order, unit), budget, limit)
+            at = [c.position for c in chosen.selected]
+            sizes = [c.size for c in chosen.selected]
+            items, fitted = await self._fitting(conn, snap, at, sizes)
+            selection = fit_response(chosen, fitted, self._response_size.max_bytes)
+            items = items[: len(selection.selected)]
             answer = ListResult(
                 unit=unit,
                 rank=query.rank,
@@ -135,15 +156,40 @@ class MemoryReads:
                     conn, snap, positions, vector, query.query, query.tags
                 )
                 order, scores = order[:limit], scores[:limit]
-            rows = [snap.index.rows[int(p)] for p in order]
             sizes = snap.index.sizes[self._default_unit][order].tolist()
-            items = await _items(conn, snap, rows, sizes)
-            return SearchResult(snap.revision, tuple(zip(items, scores.tolist(), strict=True)))
+            items, fitted = await self._fitting(conn, snap, order.tolist(), sizes)
+            kept = fitting_count(fitted, self._response_size.max_bytes)
+            stopped_by = StoppedBy.SIZE if kept < len(order) else StoppedBy.NONE
+            hits = tuple(zip(items[:kept], scores[:kept].tolist(), strict=True))
+            return SearchResult(snap.revision, hits, stopped_by)
 
         found = await self._snapshots.read(
             identity, query.memory_ref, query.revision, semantic, work
         )
         return SearchResult() if found is None else found
+
+    async def _fitting(
+        self,
+        conn: asyncpg.Connection | None,
+        snap: Snapshot,
+        positions: Sequence[int],
+        sizes: Sequence[int],
+    ) -> tuple[tuple[Item, ...], list[int]]:
+        """The entries at `positions` (ranked) that may fit in one response, and what each of
+        `positions` adds to the response, for the size bound to cut.
+
+        A content has at least as many UTF-8 bytes as code points, so the stored chars size
+        bounds an entry's bytes from below: past the first entry whose running bound exceeds
+        the limit nothing can fit, and those entries are neither read nor measured (their bound
+        stands in for their size). The rest are measured exactly.
+        """
+        chars = snap.index.sizes[TokenUnit.CHARS]
+        bounds = [int(chars[p]) for p in positions]
+        possible = fitting_count(bounds, self._response_size.max_bytes)
+        rows = [snap.index.rows[p] for p in positions[:possible]]
+        items = await _items(conn, snap, rows, sizes[:possible])
+        measure = self._response_size.measure
+        return items, [measure(i) for i in items] + bounds[possible:]
 
     async def _clamp(self, query: ListQuery, authorization: str | None) -> int | None:
         """min(token_budget, the run's remaining tokens); the run is asked, never charged."""

@@ -16,7 +16,7 @@ MANIFEST_BYTES_BUCKETS = tuple(float(1024 * 4**k) for k in range(7)) + (8.0 * 10
 # Injected tokens per ListMemory: from a single short note to whole-context injections.
 TOKENS_RETURNED_BUCKETS = (0.0,) + tuple(50.0 * 2**k for k in range(12))
 UTILIZATION_BUCKETS = tuple(round(0.1 * k, 1) for k in range(11))
-STOPPED_BY = ("none", "budget", "limit")
+STOPPED_BY = ("none", "budget", "limit", "size")
 RANKS = ("recency", "relevance")
 # Detector names are the server's own (plus request_secret); the bound keeps the label finite
 # even if a detector were ever named after caller input.

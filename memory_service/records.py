@@ -150,3 +150,4 @@ class ListResult:
 class SearchResult:
     revision: int = 0
     hits: tuple[tuple[Item, float], ...] = ()
+    stopped_by: StoppedBy = StoppedBy.NONE  # SIZE: more hits matched than fit one response

@@ -1,4 +1,5 @@
-"""ListMemory's injection budget: rank the candidates, then take the prefix that fits."""
+"""ListMemory's injection budget: rank the candidates, then take the prefix that fits (the
+token budget, the limit, and the response's size bound)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ class StoppedBy(enum.StrEnum):
     NONE = "none"
     BUDGET = "budget"
     LIMIT = "limit"
+    SIZE = "size"  # the response's byte bound
 
 
 class SizedCandidate(Protocol):
@@ -111,4 +113,39 @@ def select_prefix(
         omitted_count=len(ranked) - returned,
         first_omitted=ranked[returned] if returned < len(ranked) else None,
         stopped_by=stopped_by,
+    )
+
+
+def fitting_count(sizes: Iterable[int], max_bytes: int) -> int:
+    """How many leading entries fit in `max_bytes` together: the walk stops at the first entry
+    that does not fit, never skipping ahead to a smaller one."""
+    total = count = 0
+    for size in sizes:
+        if size < 0:
+            raise ValueError("negative response size")
+        total += size
+        if total > max_bytes:
+            break
+        count += 1
+    return count
+
+
+def fit_response(selection: Selection[S], sizes: Sequence[int], max_bytes: int) -> Selection[S]:
+    """The selection bounded by the response's size too, as one walk checking the size after
+    the limit and the budget would end: `sizes[i]` is what the i-th selected entry adds to the
+    response. Keeps the longest prefix that fits in `max_bytes`, whole entries only; when that
+    cuts, the first entry left out is the first omitted one and the answer reports SIZE."""
+    if len(sizes) != len(selection.selected):
+        raise ValueError("one response size per selected entry")
+    kept = fitting_count(sizes, max_bytes)
+    if kept == len(selection.selected):
+        return selection
+    selected = selection.selected[:kept]
+    return Selection(
+        selected=selected,
+        total=sum(c.size for c in selected),
+        candidate_count=selection.candidate_count,
+        omitted_count=selection.candidate_count - kept,
+        first_omitted=selection.selected[kept],
+        stopped_by=StoppedBy.SIZE,
     )

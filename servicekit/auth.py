@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ ROLES = ("reader", "writer", "admin")
 # Each role includes the ones before it: a writer may read, an admin may write.
 _RANK = {role: index for index, role in enumerate(ROLES)}
 DEV_TENANT = "dev"
+_HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,28 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+def _identity_of(row: object, index: int) -> tuple[str, Identity]:
+    """One token row → (digest, identity), or a ValueError naming the row and its fault."""
+    where = f"tokens[{index}]"
+    if not isinstance(row, dict):
+        raise ValueError(f"{where} is not an object")
+    sha = row.get("sha256")
+    if not isinstance(sha, str) or not _HEX_DIGEST.fullmatch(sha):
+        raise ValueError(f"{where}.sha256 must be the 64 hex digits of the token's SHA-256")
+    tenant = row.get("tenant")
+    if not isinstance(tenant, str) or not tenant.strip():
+        raise ValueError(f"{where}.tenant must be a non-blank string")
+    roles = row.get("roles")
+    if not isinstance(roles, list) or not roles:
+        raise ValueError(f"{where}.roles is required: a list of one or more of {', '.join(ROLES)}")
+    unknown = [r for r in roles if not isinstance(r, str) or r not in _RANK]
+    if unknown:
+        raise ValueError(
+            f"{where}.roles has unknown roles {unknown!r}: expected {', '.join(ROLES)}"
+        )
+    return sha.lower(), Identity(tenant, frozenset(roles))
+
+
 class TokenTable:
     """Token digest → identity. In development mode (no table) every caller is the dev tenant."""
 
@@ -58,19 +82,27 @@ class TokenTable:
 
     @classmethod
     def load(cls, path: Path | None) -> TokenTable:
-        """Reads `{"tokens": [{"sha256": hex, "tenant": str, "roles": [..]}]}`."""
+        """Reads `{"tokens": [{"sha256": hex, "tenant": str, "roles": [..]}]}`, strictly: a row
+        without roles, with an unknown role, a malformed digest or a blank or non-string tenant,
+        and a digest listed twice, are refused with the row's index."""
         if path is None:
             return cls(None)
         try:
             document = json.loads(path.read_text())
-            identities = {}
-            for index, row in enumerate(document["tokens"]):
-                sha = str(row["sha256"]).lower()
-                roles = frozenset(row.get("roles", ["reader", "writer"]))
-                if len(sha) != 64 or not roles or not roles <= set(ROLES) or not row["tenant"]:
-                    raise ValueError(f"tokens[{index}]")
-                identities[sha] = Identity(str(row["tenant"]), roles)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            rows = document.get("tokens") if isinstance(document, dict) else None
+            if not isinstance(rows, list):
+                raise ValueError('"tokens" must be a list of rows')
+            identities: dict[str, Identity] = {}
+            first_row: dict[str, int] = {}
+            for index, row in enumerate(rows):
+                sha, identity = _identity_of(row, index)
+                if sha in first_row:
+                    raise ValueError(
+                        f"tokens[{index}].sha256 repeats tokens[{first_row[sha]}].sha256"
+                    )
+                first_row[sha] = index
+                identities[sha] = identity
+        except (OSError, ValueError) as exc:
             raise SettingsError(
                 f"RATION_TOKEN_FILE={path} is invalid ({exc}): expected "
                 '{"tokens": [{"sha256": "<hex>", "tenant": "...", "roles": ["reader"]}]}'
@@ -80,11 +112,13 @@ class TokenTable:
     def authenticate(self, authorization: str | None) -> Identity:
         if self._identities is None:
             return DEV_IDENTITY
-        if not authorization or not authorization.startswith("Bearer "):
+        scheme, _, credentials = (authorization or "").strip().partition(" ")
+        # RFC 7235: the scheme is case-insensitive ("bearer", "BEARER").
+        if scheme.lower() != "bearer" or not credentials.strip():
             raise DomainError(
                 ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "a bearer token is required"
             )
-        identity = self._identities.get(digest(authorization[len("Bearer ") :].strip()))
+        identity = self._identities.get(digest(credentials.strip()))
         if identity is None:
             raise DomainError(ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "unknown token")
         return identity

@@ -23,6 +23,7 @@ class ErrorKind(enum.Enum):
     PRECONDITION = "precondition"  # FAILED_PRECONDITION
     CONFLICT = "conflict"  # ABORTED
     UNAVAILABLE = "unavailable"  # UNAVAILABLE
+    UNIMPLEMENTED = "unimplemented"  # UNIMPLEMENTED
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,11 @@ def validation_error(violations: Sequence[FieldViolation]) -> DomainError:
         f"invalid request: {summary}",
         detail=BadRequestDetail(listed),
     )
+
+
+def unimplemented() -> DomainError:
+    """A method this server does not serve (unknown path, or an RPC a service leaves out)."""
+    return DomainError(ErrorKind.UNIMPLEMENTED, "UNIMPLEMENTED", "method not implemented")
 
 
 def not_found(reason: str, message: str) -> DomainError:

@@ -15,13 +15,20 @@ from servicekit.auth import TokenTable, identity_var
 from servicekit.errors import (
     DomainError,
     FieldViolation,
+    unimplemented,
     validation_error,
 )
 from servicekit.logs import request_id_var
 from servicekit.metrics import GrpcMetrics, MethodMetrics
 from servicekit.status import ErrorMapper
 
-__all__ = ["AuthInterceptor", "ErrorInterceptor", "ErrorMapper", "MetricsInterceptor"]
+__all__ = [
+    "AuthInterceptor",
+    "ErrorInterceptor",
+    "ErrorMapper",
+    "MetricsInterceptor",
+    "UnknownMethod",
+]
 
 log = logging.getLogger("ration.rpc")
 
@@ -60,15 +67,13 @@ def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], A
 
 
 def _wrap(
-    handler: grpc.RpcMethodHandler | None,
+    handler: grpc.RpcMethodHandler,
     unary: Callable[[Behavior], Behavior],
     stream: Callable[[Behavior], Behavior],
     tolerant: bool = False,
-) -> grpc.RpcMethodHandler | None:
+) -> grpc.RpcMethodHandler:
     """Rebuilds a handler with its behavior wrapped; only unary and server-streaming are used.
     `tolerant` (the innermost, error interceptor) makes undecodable requests UNDECODABLE."""
-    if handler is None:
-        return None
     deserializer = handler.request_deserializer
     if tolerant:
         deserializer = _tolerant(deserializer)
@@ -87,20 +92,54 @@ def _wrap(
     return handler
 
 
-Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]]
+Continuation = Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler | None]]
+
+
+class UnknownMethod(grpc.RpcMethodHandler):
+    """The one handler of every path no service registered: UNIMPLEMENTED with ErrorInfo.
+
+    Built once per server. It accepts any call shape (a stream of requests it never reads), so
+    a made-up path costs the same whatever the caller sends, and interceptors pass it through
+    untouched: no cache entry, no metric series, no authentication for a method that is not
+    there.
+    """
+
+    request_streaming = True
+    response_streaming = True
+    request_deserializer = None
+    response_serializer = None
+    unary_unary = None
+    unary_stream = None
+    stream_unary = None
+
+    def __init__(self, errors: ErrorMapper) -> None:
+        async def answer(requests: Any, context: grpc.aio.ServicerContext) -> None:
+            await errors.abort(context, unimplemented())
+
+        self.stream_stream = answer
 
 
 class _CachingInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps each method's handler once and reuses it: per-call state (metadata, identity,
-    timing) is read inside the wrapped behavior, so nothing is rebuilt per RPC."""
+    """Wraps each registered method's handler once and reuses it: per-call state (metadata,
+    identity, timing) is read inside the wrapped behavior, so nothing is rebuilt per RPC.
+
+    Only methods a service registered have a handler, so the cache holds at most one entry per
+    registered method; unknown paths (any string a caller sends) are never keys.
+    """
 
     def __init__(self) -> None:
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler | None, Any]] = {}
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, Any]] = {}
+
+    @property
+    def cached_methods(self) -> frozenset[str]:
+        return frozenset(self._wrapped)
 
     async def intercept_service(
         self, continuation: Continuation, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(details)
+        if handler is None or isinstance(handler, UnknownMethod):
+            return handler
         method = details.method
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
@@ -109,9 +148,7 @@ class _CachingInterceptor(grpc.aio.ServerInterceptor):
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 
-    def wrap(
-        self, method: str, handler: grpc.RpcMethodHandler | None
-    ) -> grpc.RpcMethodHandler | None:
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         raise NotImplementedError
 
 
@@ -165,9 +202,7 @@ class MetricsInterceptor(_CachingInterceptor):
         super().__init__()
         self._metrics = metrics
 
-    def wrap(
-        self, method: str, handler: grpc.RpcMethodHandler | None
-    ) -> grpc.RpcMethodHandler | None:
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         service, name = _split(method)
         m = self._metrics
 
@@ -219,9 +254,7 @@ class AuthInterceptor(_CachingInterceptor):
         self._tokens = tokens
         self._errors = errors
 
-    def wrap(
-        self, method: str, handler: grpc.RpcMethodHandler | None
-    ) -> grpc.RpcMethodHandler | None:
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if method.startswith(PUBLIC_PREFIXES):
             return handler
         tokens, errors = self._tokens, self._errors
@@ -254,15 +287,22 @@ class AuthInterceptor(_CachingInterceptor):
 
 
 class ErrorInterceptor(_CachingInterceptor):
-    """The only place exceptions become statuses; servicers contain no try/except."""
+    """The only place exceptions become statuses; servicers contain no try/except. Innermost,
+    it also answers paths no service registered (UnknownMethod), so every status carries
+    ErrorInfo."""
 
     def __init__(self, errors: ErrorMapper) -> None:
         super().__init__()
         self._errors = errors
+        self._unknown = UnknownMethod(errors)
 
-    def wrap(
-        self, method: str, handler: grpc.RpcMethodHandler | None
+    async def intercept_service(
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
     ) -> grpc.RpcMethodHandler | None:
+        handler = await super().intercept_service(continuation, details)
+        return self._unknown if handler is None else handler
+
+    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         errors = self._errors
 
         async def fail(context: grpc.aio.ServicerContext, exc: Exception) -> None:
@@ -270,7 +310,7 @@ class ErrorInterceptor(_CachingInterceptor):
                 await errors.abort(context, exc)
             if isinstance(exc, NotImplementedError):
                 # The generated base servicer's answer for an RPC a service does not serve.
-                await context.abort(grpc.StatusCode.UNIMPLEMENTED, "method not implemented")
+                await errors.abort(context, unimplemented())
             log.error("unhandled exception", exc_info=exc, extra={"rpc": method})
             await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
 

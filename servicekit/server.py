@@ -74,12 +74,14 @@ class ServiceRunner:
     async def start(self) -> None:
         errors = ErrorMapper(self.app.error_domain)
         tokens = TokenTable.load(self.settings.token_file)
+        # Their caches hold only registered methods; unknown paths get UnknownMethod.
+        self.interceptors = (
+            MetricsInterceptor(GrpcMetrics(self.registry)),
+            AuthInterceptor(tokens, errors),
+            ErrorInterceptor(errors),
+        )
         server = grpc.aio.server(
-            interceptors=[
-                MetricsInterceptor(GrpcMetrics(self.registry)),
-                AuthInterceptor(tokens, errors),
-                ErrorInterceptor(errors),
-            ],
+            interceptors=self.interceptors,
             options=[
                 ("grpc.max_receive_message_length", self.settings.max_message_bytes),
                 ("grpc.max_send_message_length", self.settings.max_message_bytes),

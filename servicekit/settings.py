@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,8 +85,37 @@ def parse_address(name: str, value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port_text)
 
 
-def is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
+# What a gRPC client receives unless configured otherwise (grpc.max_receive_message_length).
+DEFAULT_CLIENT_RECEIVE_BYTES = 4 * 1024 * 1024
+RESPONSE_MARGIN_BYTES = 64 * 1024
+
+Resolver = Callable[[str], list[str]]
+
+
+def resolve_host(host: str) -> list[str]:
+    """Every address `host` names (a literal names itself), as getaddrinfo resolves it."""
+    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    return sorted({str(info[4][0]) for info in infos})
+
+
+def _is_loopback_address(address: str) -> bool:
+    ip = ipaddress.ip_address(address.partition("%")[0])  # without an IPv6 zone
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
+
+
+def non_loopback(host: str, resolve: Resolver = resolve_host) -> str | None:
+    """Why binding `host` could reach beyond this machine, or None when every address it
+    resolves to is a loopback address. A name is resolved, never judged by its spelling."""
+    try:
+        addresses = resolve(host)
+    except (OSError, UnicodeError):
+        return f"{host} does not resolve"
+    outside = [a for a in addresses if not _is_loopback_address(a)]
+    if not addresses or outside:
+        return f"{host} resolves to {', '.join(outside) or 'nothing'}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -138,6 +169,13 @@ class ServerSettings:
         """No token configuration: single-tenant development, loopback only."""
         return self.token_file is None
 
+    @property
+    def max_response_bytes(self) -> int:
+        """The most a response built from many entries may hold: the message limit, and never
+        more than a default gRPC client receives, less room for the response's other fields."""
+        limit = min(self.max_message_bytes, DEFAULT_CLIENT_RECEIVE_BYTES)
+        return limit - min(RESPONSE_MARGIN_BYTES, limit // 16)
+
     @classmethod
     def from_env(
         cls, env: Env, service: str, default_port: int, default_metrics: int
@@ -153,6 +191,10 @@ class ServerSettings:
         token_file = env.path("RATION_TOKEN_FILE")
         if token_file is not None and not token_file.is_file():
             raise SettingsError(f"RATION_TOKEN_FILE={token_file} is invalid: no such file")
+        if token_file is not None:
+            from servicekit.auth import TokenTable  # imports this module (SettingsError)
+
+            TokenTable.load(token_file)  # a bad row stops the process before anything starts
         settings = cls(
             host=host,
             port=port,
@@ -166,10 +208,11 @@ class ServerSettings:
             grace_seconds=env.integer("RATION_SHUTDOWN_GRACE_MS", 5000, minimum=0) / 1000,
             health_probe_seconds=env.integer("RATION_HEALTH_PROBE_MS", 1000, minimum=50) / 1000,
         )
-        if settings.dev_mode and not is_loopback(host):
+        outside = non_loopback(host) if settings.dev_mode else None
+        if outside is not None:
             raise SettingsError(
                 f"{prefix}_LISTEN={listen!r} is refused: without RATION_TOKEN_FILE the server runs "
-                "in development mode and binds only loopback addresses; configure tokens to bind "
-                f"{host}"
+                f"in development mode and binds only loopback addresses ({outside}); configure "
+                f"tokens to bind {host}"
             )
         return settings

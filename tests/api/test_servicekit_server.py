@@ -230,3 +230,70 @@ async def test_an_unserved_method_is_unimplemented_not_internal(
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await call(channel, "Unimplemented")(b"")
     assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+async def _scrape(runner: ServiceRunner) -> set[str]:
+    """The series /metrics exposes (name and labels, no values)."""
+    url = f"http://127.0.0.1:{runner.metrics_port}/metrics"
+    text = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")}
+
+
+async def test_unknown_methods_are_unimplemented_and_cache_or_count_nothing(
+    database_url: str, token_file: Path
+) -> None:
+    runner = await start_probe(database_url, RATION_TOKEN_FILE=str(token_file))
+    registered = {
+        f"/{SERVICE}/{name}" for name in ("WhoAmI", "DomainError", "Crash", "Unimplemented")
+    }
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+            good = (("authorization", "Bearer alpha-token"),)
+            await call(channel, "WhoAmI")(b"", metadata=good)
+            before = await _scrape(runner)
+            callers = [(), (("authorization", "Bearer nope"),), good]
+
+            async def unknown(number: int) -> None:
+                path = f"/ration.probe{number % 7}.v1.Nope/Method{number}"
+                metadata = callers[number % len(callers)]
+                if number % 5 == 0:  # another call shape: one request, a stream of answers
+                    stream = channel.unary_stream(path)(b"x", metadata=metadata)
+                    with pytest.raises(grpc.aio.AioRpcError) as caught:
+                        async for _ in stream:
+                            pass
+                else:
+                    with pytest.raises(grpc.aio.AioRpcError) as caught:
+                        await channel.unary_unary(path)(b"x", metadata=metadata)
+                error = decode(caught.value)
+                assert (error.code, error.reason) == (
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    "UNIMPLEMENTED",
+                )
+                assert error.domain == "ration.test.v1"
+
+            for start in range(0, 2000, 100):
+                await asyncio.gather(*(unknown(n) for n in range(start, start + 100)))
+            assert (
+                json.loads(await call(channel, "WhoAmI")(b"", metadata=good))["tenant"] == "alpha"
+            )
+            after = await _scrape(runner)
+        for interceptor in runner.interceptors:
+            assert interceptor.cached_methods <= registered
+        assert after == before
+        assert not [series for series in after if "Nope" in series or "Method1" in series]
+    finally:
+        await runner.stop()
+
+
+async def test_the_bearer_scheme_is_accepted_in_any_case(
+    database_url: str, token_file: Path
+) -> None:
+    runner = await start_probe(database_url, RATION_TOKEN_FILE=str(token_file))
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+            for scheme in ("bearer", "BEARER", "beArer"):
+                metadata = (("authorization", f"{scheme} alpha-token"),)
+                answer = json.loads(await call(channel, "WhoAmI")(b"", metadata=metadata))
+                assert answer["tenant"] == "alpha"
+    finally:
+        await runner.stop()

@@ -113,3 +113,36 @@ def test_wildcard_bind_without_tokens_exits_with_a_clear_message() -> None:
     assert result.returncode == 2
     assert "RATION_MEMORY_LISTEN" in result.stderr
     assert "binds only loopback" in result.stderr
+
+
+@pytest.mark.parametrize("host", ["0", "[::]", "127.0.0.1.invalid"])
+def test_a_bind_name_that_is_not_only_loopback_exits_2_with_one_line(host: str) -> None:
+    result = subprocess.run(
+        [str(BIN / "ration"), "budget", "serve"],
+        env=clean_env(RATION_BUDGET_LISTEN=f"{host}:0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("ration: configuration error: RATION_BUDGET_LISTEN=")
+    assert "binds only loopback addresses" in lines[0]
+
+
+def test_a_token_row_without_roles_exits_2_naming_the_row(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text('{"tokens": [{"sha256": "%s", "tenant": "acme"}]}' % ("ab" * 32))
+    result = subprocess.run(
+        [str(BIN / "ration"), "budget", "serve"],
+        env=clean_env(RATION_TOKEN_FILE=str(tokens), RATION_BUDGET_LISTEN="127.0.0.1:0"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("ration: configuration error: RATION_TOKEN_FILE=")
+    assert "tokens[0].roles is required" in lines[0]

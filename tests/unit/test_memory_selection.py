@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_service.selection import Candidate, StoppedBy, rank_recency, select_prefix
+from memory_service.selection import (
+    Candidate,
+    StoppedBy,
+    fit_response,
+    fitting_count,
+    rank_recency,
+    select_prefix,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -147,3 +154,78 @@ def test_with_both_bounds_the_smaller_answer_wins(
     by_budget = select_prefix(ranked, token_budget=budget)
     by_limit = select_prefix(ranked, limit=limit)
     assert len(both.selected) == min(len(by_budget.selected), len(by_limit.selected))
+
+
+def test_the_size_bound_stops_at_the_first_entry_that_does_not_fit_whole_entries_only() -> None:
+    ranked = rank_recency(entries(10, 10, 10, 10, 10))  # sizes in tokens
+    chosen = select_prefix(ranked)
+    # Response bytes per entry, in rank order: the third would take 300 + 500 over 700, and the
+    # smaller fourth is not taken in its place.
+    result = fit_response(chosen, [100, 200, 500, 50, 50], 700)
+    assert result.selected == tuple(ranked[:2])
+    assert result.total == 20
+    assert result.stopped_by is StoppedBy.SIZE
+    assert (result.candidate_count, result.omitted_count) == (5, 3)
+    assert result.first_omitted == ranked[2]
+
+
+def test_an_answer_that_fits_the_size_bound_is_unchanged() -> None:
+    chosen = select_prefix(rank_recency(entries(5, 5, 5)), token_budget=10)
+    assert fit_response(chosen, [300, 400], 700) is chosen
+    assert chosen.stopped_by is StoppedBy.BUDGET
+
+
+def test_a_first_entry_larger_than_the_size_bound_gives_an_empty_answer() -> None:
+    ranked = rank_recency(entries(1, 1))
+    result = fit_response(select_prefix(ranked), [701, 1], 700)
+    assert (result.selected, result.total, result.omitted_count) == ((), 0, 2)
+    assert (result.first_omitted, result.stopped_by) == (ranked[0], StoppedBy.SIZE)
+
+
+def test_fitting_count_is_the_longest_prefix_within_the_bound() -> None:
+    assert fitting_count([], 0) == 0
+    assert fitting_count([0, 0], 0) == 2
+    assert fitting_count([3, 4, 1], 7) == 2
+    assert fitting_count([3, 4, 1], 8) == 3
+    assert fitting_count([8, 1], 7) == 0
+    with pytest.raises(ValueError, match="negative"):
+        fitting_count([1, -1], 7)
+
+
+def _one_walk(
+    sizes: list[int], wire: list[int], budget: int, limit: int, max_bytes: int
+) -> tuple[int, StoppedBy]:
+    """The rule as one walk checking limit, then budget, then response size at each entry."""
+    taken = tokens = size = 0
+    for token_size, wire_size in zip(sizes, wire, strict=True):
+        if limit and taken >= limit:
+            return taken, StoppedBy.LIMIT
+        if budget and tokens + token_size > budget:
+            return taken, StoppedBy.BUDGET
+        if size + wire_size > max_bytes:
+            return taken, StoppedBy.SIZE
+        taken, tokens, size = taken + 1, tokens + token_size, size + wire_size
+    return taken, StoppedBy.NONE
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 50), st.integers(0, 400)), max_size=30),
+    st.integers(0, 400),
+    st.integers(0, 12),
+    st.integers(0, 2000),
+)
+def test_budget_limit_then_size_is_the_same_as_one_walk_checking_all_three(
+    rows: list[tuple[int, int]], budget: int, limit: int, max_bytes: int
+) -> None:
+    sizes, wire = [r[0] for r in rows], [r[1] for r in rows]
+    ranked = rank_recency(entries(*sizes))
+    by_id = {c.entry_id: index for index, c in enumerate(entries(*sizes))}
+    ordered_wire = [wire[by_id[c.entry_id]] for c in ranked]
+    chosen = select_prefix(ranked, token_budget=budget, limit=limit)
+    result = fit_response(chosen, ordered_wire[: len(chosen.selected)], max_bytes)
+    taken, stopped_by = _one_walk([c.size for c in ranked], ordered_wire, budget, limit, max_bytes)
+    assert result.selected == tuple(ranked[:taken])
+    assert result.stopped_by is stopped_by
+    assert result.total == sum(c.size for c in ranked[:taken])
+    assert result.omitted_count == len(ranked) - taken
+    assert result.first_omitted == (ranked[taken] if taken < len(ranked) else None)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from budget_service.settings import BudgetSettings
 from memory_service.settings import MemorySettings
-from servicekit.settings import Env, SettingsError
+from servicekit.settings import Env, SettingsError, non_loopback
 
 
 def test_defaults_listen_on_loopback_in_development_mode() -> None:
@@ -52,3 +54,50 @@ def test_wildcard_bind_without_tokens_is_refused_with_a_clear_message() -> None:
 def test_bad_memory_capacity_budget_is_refused(env: dict[str, str], variable: str) -> None:
     with pytest.raises(SettingsError, match=variable):
         MemorySettings.from_env(Env(env))
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "127.1", "2130706433", "[::1]"])
+def test_development_mode_binds_a_name_or_literal_that_resolves_to_loopback(host: str) -> None:
+    # 127.1 and 2130706433 are spellings of 127.0.0.1 that getaddrinfo resolves like names.
+    settings = BudgetSettings.from_env(Env({"RATION_BUDGET_LISTEN": f"{host}:50051"}))
+    assert settings.server.host == host.strip("[]")
+
+
+@pytest.mark.parametrize(
+    ("host", "why"),
+    [
+        ("0.0.0.0", "0.0.0.0 resolves to 0.0.0.0"),
+        ("[::]", ":: resolves to ::"),
+        # A name (here the numeric one getaddrinfo reads as 0.0.0.0) is judged by what it
+        # resolves to, not by its spelling.
+        ("0", "0 resolves to 0.0.0.0"),
+        ("[::ffff:0.0.0.0]", "::ffff:0.0.0.0 resolves to ::ffff:0.0.0.0"),
+        # RFC 6761: .invalid never resolves; this one starts like a loopback literal.
+        ("127.0.0.1.invalid", "127.0.0.1.invalid does not resolve"),
+    ],
+)
+def test_development_mode_refuses_a_host_that_is_not_only_loopback(host: str, why: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        MemorySettings.from_env(Env({"RATION_MEMORY_LISTEN": f"{host}:50052"}))
+    message = str(caught.value)
+    assert message.startswith("RATION_MEMORY_LISTEN=")
+    assert f"binds only loopback addresses ({why})" in message
+    assert "\n" not in message
+
+
+def test_a_name_with_any_address_beyond_loopback_is_refused() -> None:
+    # What getaddrinfo would answer for a name that /etc/hosts or DNS maps to loopback and to a
+    # network address: one address beyond this machine is enough to refuse.
+    def both(host: str) -> list[str]:
+        return ["127.0.0.1", "192.0.2.7"]
+
+    assert non_loopback("devbox", both) == "devbox resolves to 192.0.2.7"
+    assert non_loopback("devbox", lambda host: ["127.0.0.1", "::1"]) is None
+    assert non_loopback("devbox", lambda host: []) == "devbox resolves to nothing"
+
+
+def test_with_tokens_any_address_may_be_bound(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text('{"tokens": []}')
+    env = Env({"RATION_MEMORY_LISTEN": "0.0.0.0:50052", "RATION_TOKEN_FILE": str(tokens)})
+    assert MemorySettings.from_env(env).server.host == "0.0.0.0"

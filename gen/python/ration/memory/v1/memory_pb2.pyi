@@ -29,6 +29,7 @@ class StoppedBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STOPPED_BY_NONE: _ClassVar[StoppedBy]
     STOPPED_BY_BUDGET: _ClassVar[StoppedBy]
     STOPPED_BY_LIMIT: _ClassVar[StoppedBy]
+    STOPPED_BY_SIZE: _ClassVar[StoppedBy]
 
 class EntryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -73,6 +74,7 @@ STOPPED_BY_UNSPECIFIED: StoppedBy
 STOPPED_BY_NONE: StoppedBy
 STOPPED_BY_BUDGET: StoppedBy
 STOPPED_BY_LIMIT: StoppedBy
+STOPPED_BY_SIZE: StoppedBy
 ENTRY_STATE_UNSPECIFIED: EntryState
 ENTRY_STATE_ACTIVE: EntryState
 ENTRY_STATE_INACTIVE: EntryState

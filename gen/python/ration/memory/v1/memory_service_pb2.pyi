@@ -308,12 +308,14 @@ class SearchHit(_message.Message):
     def __init__(self, entry: _Optional[_Union[_memory_pb2.MemoryItem, _Mapping]] = ..., score: _Optional[float] = ...) -> None: ...
 
 class SearchMemoryResponse(_message.Message):
-    __slots__ = ("hits", "revision")
+    __slots__ = ("hits", "revision", "stopped_by")
     HITS_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
+    STOPPED_BY_FIELD_NUMBER: _ClassVar[int]
     hits: _containers.RepeatedCompositeFieldContainer[SearchHit]
     revision: int
-    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., revision: _Optional[int] = ...) -> None: ...
+    stopped_by: _memory_pb2.StoppedBy
+    def __init__(self, hits: _Optional[_Iterable[_Union[SearchHit, _Mapping]]] = ..., revision: _Optional[int] = ..., stopped_by: _Optional[_Union[_memory_pb2.StoppedBy, str]] = ...) -> None: ...
 
 class GetCapabilitiesRequest(_message.Message):
     __slots__ = ()

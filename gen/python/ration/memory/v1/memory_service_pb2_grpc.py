@@ -230,8 +230,10 @@ class MemoryServiceServicer:
         never skips ahead to a smaller one and never truncates, so an entry larger than the budget
         that ranks first gives an empty answer. With `limit` too, whichever yields fewer entries
         wins; the server cap (RATION_MEMORY_LIST_LIMIT_CAP) applies to every call and reports
-        STOPPED_BY_LIMIT when it binds. Nothing is left out silently: the response counts the
-        candidates and the omitted entries and names the first omitted one.
+        STOPPED_BY_LIMIT when it binds. The response size bound (see STOPPED_BY_SIZE) ends the walk
+        the same way, at the first entry that would not fit the response, and reports
+        STOPPED_BY_SIZE. Nothing is left out silently: the response counts the candidates and the
+        omitted entries and names the first omitted one.
 
         Bounded by design (limit, cap and budget), so not paginated. Never tokenizes: sizes were
         computed when each version was written. With run_id, the budget is min(token_budget, the
@@ -260,8 +262,9 @@ class MemoryServiceServicer:
         (websearch_to_tsquery syntax, 'simple' configuration: case-folded words, no stemming; the
         best 50 by ts_rank). Ties break by entry_id bytes, so equal inputs give equal answers.
         FILTER: newest created_at first (ties by entry_id), score 0; `query` is ignored.
-        Returns the best `limit` hits; sizes are in the server's default token counter. No side
-        effects. An unknown, foreign or malformed memory_ref reads as empty (revision 0).
+        Returns the best `limit` hits, fewer if they would take the response over its size bound
+        (then stopped_by is STOPPED_BY_SIZE); sizes are in the server's default token counter.
+        No side effects. An unknown, foreign or malformed memory_ref reads as empty (revision 0).
         Errors: RELEVANCE_UNAVAILABLE (SEMANTIC without an embedder), REVISION_NOT_FOUND,
         VALIDATION_FAILED (mode unspecified or unknown, query missing for SEMANTIC or over 4096
         characters, limit outside 0..100, bad tags or kind, revision < 1). Role: reader.
