@@ -34,6 +34,8 @@ class BudgetSettings:
     max_hold_ttl_seconds: int
     sweep_interval_seconds: float
     idempotency_retention_hours: int
+    # Concurrent WatchRunEvents streams one tenant may hold open on one replica.
+    max_streams_per_tenant: int = 100
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> BudgetSettings:
@@ -59,5 +61,8 @@ class BudgetSettings:
             sweep_interval_seconds=env.integer("RATION_SWEEP_INTERVAL_MS", 1000, minimum=10) / 1000,
             idempotency_retention_hours=env.integer(
                 "RATION_IDEMPOTENCY_RETENTION_HOURS", 24, minimum=24
+            ),
+            max_streams_per_tenant=env.integer(
+                "RATION_BUDGET_MAX_STREAMS_PER_TENANT", 100, minimum=1
             ),
         )

@@ -12,19 +12,28 @@ from pathlib import Path
 from servicekit.errors import DomainError, ErrorKind
 from servicekit.settings import SettingsError
 
-ROLES = ("reader", "writer", "admin")
-# Each role includes the ones before it: a writer may read, an admin may write.
-_RANK = {role: index for index, role in enumerate(ROLES)}
+ROLES = ("reader", "writer", "admin", "approver")
+# Each role includes the ones before it: a writer may read, an admin may write. `approver`
+# (ResumeRun approvals) includes no other role; admin includes it too.
+_RANK = {role: index for index, role in enumerate(ROLES[:3])}
 DEV_TENANT = "dev"
+
+
+def _grants(held: str, role: str) -> bool:
+    if held in (role, "admin"):
+        return True
+    return held in _RANK and role in _RANK and _RANK[held] >= _RANK[role]
 
 
 @dataclass(frozen=True)
 class Identity:
     tenant: str
     roles: frozenset[str]
+    # Who the caller is, as recorded (e.g. as a ResumeRun approver): never the token itself.
+    principal: str = ""
 
     def require(self, role: str) -> None:
-        if not any(_RANK[r] >= _RANK[role] for r in self.roles):
+        if not any(_grants(r, role) for r in self.roles):
             raise DomainError(
                 ErrorKind.FORBIDDEN,
                 "ROLE_REQUIRED",
@@ -33,7 +42,7 @@ class Identity:
             )
 
 
-DEV_IDENTITY = Identity(DEV_TENANT, frozenset(ROLES))
+DEV_IDENTITY = Identity(DEV_TENANT, frozenset(ROLES), DEV_TENANT)
 identity_var: contextvars.ContextVar[Identity] = contextvars.ContextVar("identity")
 
 
@@ -58,7 +67,8 @@ class TokenTable:
 
     @classmethod
     def load(cls, path: Path | None) -> TokenTable:
-        """Reads `{"tokens": [{"sha256": hex, "tenant": str, "roles": [..]}]}`."""
+        """Reads `{"tokens": [{"sha256": hex, "tenant": str, "roles": [..], "principal": str}]}`;
+        `principal` is optional and defaults to the digest's first 12 hex digits."""
         if path is None:
             return cls(None)
         try:
@@ -69,7 +79,14 @@ class TokenTable:
                 roles = frozenset(row.get("roles", ["reader", "writer"]))
                 if len(sha) != 64 or not roles or not roles <= set(ROLES) or not row["tenant"]:
                     raise ValueError(f"tokens[{index}]")
-                identities[sha] = Identity(str(row["tenant"]), roles)
+                principal = row.get("principal", sha[:12])
+                if (
+                    not isinstance(principal, str)
+                    or not 0 < len(principal) <= 128
+                    or not principal.isprintable()
+                ):
+                    raise ValueError(f"tokens[{index}].principal")
+                identities[sha] = Identity(str(row["tenant"]), roles, principal)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise SettingsError(
                 f"RATION_TOKEN_FILE={path} is invalid ({exc}): expected "

@@ -496,7 +496,7 @@ def test_resume_never_passes_a_host_ceiling_nor_lowers_a_limit() -> None:
     assert raised.budget.max_cost_nanos == 100 * USD
     assert raised.budget.binding[C] == "host"
     above = resolve_effective_budget(BudgetPolicy(max_cost_nanos=200 * USD))
-    exhausted = RunStatus(exhausted=frozenset({C}))
+    exhausted = RunStatus(RunState.INTERRUPTED, exhausted=frozenset({C}))
     kept = apply_resume(above, exhausted, {C: USD}, ceilings)
     assert kept.budget.max_cost_nanos == 200 * USD
     assert kept.status.exhausted == {C}  # not raised, so still exhausted
