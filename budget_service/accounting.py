@@ -116,7 +116,8 @@ def decide_reserve(
     for ref, dims in ordered:
         for d, amount in requested.items():
             b = _get(dims, d)
-            ensure_total_fits(b.held + amount, d, "estimate")
+            if b.limit is None:  # a bounded balance never holds past its limit
+                ensure_total_fits(b.held + amount, d, "estimate")
             verdict, limit = _fit(b, d, amount, mode), b.limit or 0
             if verdict == "breach" and breach is None:
                 breach = Breach(d, limit, b.consumed, b.consumed + amount, ref)

@@ -210,7 +210,8 @@ class BudgetServiceServicer:
         """Would this estimate and model be granted now? Per dimension limit, consumed, held, remaining
         and binding scope; run state; model verdict. Holds past expires_at are not counted (database
         clock) though nothing is written. No side effects (never holds, never consumes, never
-        expires). Errors: RUN_NOT_FOUND. Role: reader.
+        expires). Errors: RUN_NOT_FOUND; VALIDATION_FAILED as for Reserve (an estimate that would
+        take a held total past 2^63 - 1). Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
