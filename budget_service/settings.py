@@ -34,7 +34,7 @@ class BudgetSettings:
     max_hold_ttl_seconds: int
     sweep_interval_seconds: float
     idempotency_retention_hours: int
-    # Concurrent WatchRunEvents streams one tenant may hold open on one replica.
+    # Concurrent WatchRunEvents streams one tenant may hold open on one server process.
     max_streams_per_tenant: int = 100
 
     @classmethod

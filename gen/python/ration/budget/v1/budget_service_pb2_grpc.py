@@ -231,7 +231,7 @@ class BudgetServiceServicer:
         stream, which re-reads the event table after the last seq it sent), each exactly once and in
         order; resume after a disconnect with the last seq seen. The stream ends when the client
         cancels or the server shuts down. A tenant holds at most RATION_BUDGET_MAX_STREAMS_PER_TENANT
-        (default 100) concurrent streams per replica; one more is RESOURCE_EXHAUSTED
+        (default 100) concurrent streams per server process; one more is RESOURCE_EXHAUSTED
         TOO_MANY_STREAMS (metadata limit; RetryInfo), and a slot frees as soon as any of the
         tenant's streams ends or is cancelled. Errors: RUN_NOT_FOUND. Role: reader.
         """
