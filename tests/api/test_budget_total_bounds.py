@@ -111,7 +111,7 @@ _cost = st.one_of(
     st.integers(0, 10**6),
     st.integers(EXA + 1, MAX_TOTAL),
 )
-_tokens = st.one_of(st.just(MAX_TOKENS), st.integers(0, 1000), st.integers(MAX_TOKENS, 2**63))
+_tokens = st.one_of(st.just(MAX_TOKENS), st.integers(0, 1000), st.integers(MAX_TOKENS, MAX_TOTAL))
 _usage = st.tuples(_tokens, _cost)
 
 
