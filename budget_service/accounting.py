@@ -9,6 +9,7 @@ from datetime import datetime
 from budget_service import events as ev
 from budget_service.policy import (
     HOST,
+    MAX_TOTAL,
     Dimension,
     EffectiveBudget,
     Enforcement,
@@ -70,6 +71,14 @@ class ResumeOutcome(Outcome):
     budget: EffectiveBudget = field(default_factory=EffectiveBudget)
 
 
+def ensure_total_fits(total: int, dimension: Dimension, request_field: str) -> None:
+    """A running total past the bigint range can only come from an absurd amount: the call is
+    refused as invalid (VALIDATION_FAILED naming the amount) before anything is written."""
+    if total > MAX_TOTAL:
+        path = f"{request_field}.{dimension.field_name}"
+        raise validation_error([FieldViolation(path, f"takes a running total past {MAX_TOTAL}")])
+
+
 def threshold_reached(consumed: int, limit: int, percent: int) -> bool:
     """consumed >= percent% of limit in exact integers; nothing consumed never crosses, so a
     0% threshold fires on the first real consumption."""
@@ -107,6 +116,8 @@ def decide_reserve(
     for ref, dims in ordered:
         for d, amount in requested.items():
             b = _get(dims, d)
+            if b.limit is None:  # a bounded balance never holds past its limit
+                ensure_total_fits(b.held + amount, d, "estimate")
             verdict, limit = _fit(b, d, amount, mode), b.limit or 0
             if verdict == "breach" and breach is None:
                 breach = Breach(d, limit, b.consumed, b.consumed + amount, ref)
@@ -135,6 +146,7 @@ def _settle(dimension: Dimension, balance: Balance, hold: int, used: int) -> Bal
     if hold > balance.held:
         # More than is held means a hold is being settled twice: a bug, never a client error.
         raise ValueError(f"{dimension}: settling {hold} but only {balance.held} is held")
+    ensure_total_fits(balance.consumed + used, dimension, "usage")
     return replace(balance, consumed=balance.consumed + used, held=balance.held - hold)
 
 
@@ -240,9 +252,10 @@ def apply_consume(
 def apply_resume(
     budget: EffectiveBudget, status: RunStatus, delta: Amounts, ceilings: HostCeilings | None = None
 ) -> ResumeOutcome:
-    """ResumeRun: raise bounded limits additively (never past a host ceiling, never down), back
-    to ACTIVE, and record a second budget.reserved. Raised dimensions get fresh once-only flags:
-    the new limit is a new budget to cross."""
+    """ResumeRun of an INTERRUPTED run: raise bounded limits additively (never past a host
+    ceiling, never down, never past the bigint range), back to ACTIVE, and record a second
+    budget.reserved with the result. Raised dimensions get fresh once-only flags: the new limit
+    is a new budget to cross."""
     ensure_resumable(status)
     bad = [
         FieldViolation(f"delta.{d.field_name}", "must be at least 0")
@@ -261,6 +274,7 @@ def apply_resume(
             new = old + extra
             if ceiling is not None and ceiling < new:
                 new, binding[d] = max(ceiling, old), HOST
+            ensure_total_fits(new, d, "delta")
             if new > old:
                 raised.add(d)
         limits[d] = new

@@ -12,6 +12,7 @@ from budget_service.service import BudgetService
 from budget_service.servicer import BudgetServicer
 from budget_service.settings import BudgetSettings
 from budget_service.store_write import EVENTS_CHANNEL
+from budget_service.streams import StreamSlots
 from budget_service.sweeper import Sweeper
 from budget_service.transactions import Transactions
 from budget_service.watch import EventHub
@@ -30,7 +31,7 @@ def factory(settings: BudgetSettings) -> AppFactory:
         hub = EventHub(database.url, EVENTS_CHANNEL, database)
         servicer = BudgetServicer(
             BudgetCapabilities.from_settings(settings),
-            BudgetService(tx, hub),
+            BudgetService(tx, hub, StreamSlots(settings.max_streams_per_tenant)),
             Reservations(tx),
             settings.max_hold_ttl_seconds,
         )

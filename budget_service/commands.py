@@ -62,7 +62,8 @@ class CloseRun:
 class ResumeRun:
     run_id: str
     delta: Mapping[Dimension, int]
-    approver: str
+    approver: str  # the authenticated principal who approved, never request text
+    note: str = ""  # the request's free-text `approver`: an audit note only
 
 
 @dataclass(frozen=True)

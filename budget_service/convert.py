@@ -150,19 +150,16 @@ def close_run(request: pb.CloseRunRequest) -> tuple[cmd.Mutation, cmd.CloseRun]:
     return mutation, cmd.CloseRun(request.run_id, outcome)
 
 
-def resume_run(request: pb.ResumeRunRequest) -> tuple[cmd.Mutation, cmd.ResumeRun]:
+def resume_run(request: pb.ResumeRunRequest, principal: str) -> tuple[cmd.Mutation, cmd.ResumeRun]:
+    """`principal` (the authenticated caller) is the approver; the request's `approver` text
+    is kept as a note."""
     found = _Violations()
     mutation = _mutation("ResumeRun", request, found)
     found += v.validate_run_id(request.run_id)
     delta = _amounts(request.delta, "delta", found)
-    if not request.approver:
-        found.append(FieldViolation("approver", "must not be empty"))
-    elif len(request.approver) > v.MAX_ID_LENGTH or not request.approver.isprintable():
-        found.append(
-            FieldViolation("approver", f"must be 1..{v.MAX_ID_LENGTH} printable characters")
-        )
+    found += v.validate_note(request.approver, "approver")
     found.check()
-    return mutation, cmd.ResumeRun(request.run_id, delta, request.approver)
+    return mutation, cmd.ResumeRun(request.run_id, delta, principal, request.approver)
 
 
 def _model(model: str, amounts: Mapping[Dimension, int]) -> list[FieldViolation]:

@@ -53,6 +53,8 @@ _SPECS = {
     Dimension.RETRIES: DimensionSpec("budget-retries", "retries", "max_retries", 0, 10**15),
 }
 DEFAULT_THRESHOLD_PERCENT = 80
+# Every stored limit and running total (consumed, held; of runs and pools) is a Postgres bigint.
+MAX_TOTAL = 2**63 - 1
 
 
 class OnExhaustion(enum.StrEnum):

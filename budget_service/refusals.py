@@ -33,11 +33,15 @@ def ensure_can_reserve(status: RunStatus) -> None:
 
 
 def ensure_resumable(status: RunStatus) -> None:
-    """ResumeRun raises an ACTIVE or INTERRUPTED run; FAILED and CLOSED are final."""
+    """ResumeRun approves the continuation of an INTERRUPTED run, nothing else: FAILED and
+    CLOSED are final, and an ACTIVE run's limits are not raised by approval."""
     if status.state is RunState.CLOSED:
         raise run_state_error("RUN_CLOSED", status.state, "the run is closed")
     if status.state is RunState.FAILED:
         raise run_state_error("RUN_FAILED", status.state, "the run has failed and cannot resume")
+    if status.state is not RunState.INTERRUPTED:
+        message = "only an interrupted run can be resumed"
+        raise run_state_error("RUN_NOT_INTERRUPTED", status.state, message)
 
 
 def consume_settles_hold(state: HoldState) -> bool:
@@ -54,7 +58,8 @@ def ensure_can_release(state: HoldState) -> None:
 
 
 def run_state_error(reason: str, state: RunState, message: str) -> DomainError:
-    """RUN_INTERRUPTED, RUN_CLOSED (and RUN_FAILED for ResumeRun): FAILED_PRECONDITION."""
+    """RUN_INTERRUPTED, RUN_CLOSED (and RUN_FAILED, RUN_NOT_INTERRUPTED for ResumeRun):
+    FAILED_PRECONDITION."""
     detail = PreconditionDetail("RUN_STATE", "run", f"the run is {state.value}")
     return DomainError(ErrorKind.PRECONDITION, reason, message, {"state": state.value}, detail)
 

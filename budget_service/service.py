@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import replace
 
 import asyncpg
@@ -25,6 +25,7 @@ from budget_service.commands import (
 from budget_service.metrics import Tally
 from budget_service.policy import (
     WINDOW_EPOCH,
+    Dimension,
     Enforcement,
     ScopeBudget,
     ScopeBudgetKind,
@@ -34,6 +35,7 @@ from budget_service.records import LedgerEntry, RunChanges, RunRecord, amounts
 from budget_service.refusals import run_exists, run_not_found, scope_budget_not_found
 from budget_service.state import BalanceRef, RunStatus
 from budget_service.store_reads import StoredEvent
+from budget_service.streams import StreamSlots
 from budget_service.transactions import Transactions
 from budget_service.unit import RunUnit
 from budget_service.watch import EventHub
@@ -48,9 +50,10 @@ def _fingerprint(command: OpenRun) -> bytes:
 
 
 class BudgetService:
-    def __init__(self, tx: Transactions, hub: EventHub) -> None:
+    def __init__(self, tx: Transactions, hub: EventHub, streams: StreamSlots | None = None) -> None:
         self._tx = tx
         self._hub = hub
+        self._streams = streams or StreamSlots(tx.settings.max_streams_per_tenant)
 
     async def _view(self, conn: asyncpg.Connection, tenant: str, run_id: str) -> RunView:
         snapshot = await store_reads.read_run(conn, tenant, run_id)
@@ -153,8 +156,18 @@ class BudgetService:
             run = unit.run
             outcome = apply_resume(run.budget, run.status, command.delta, self._tx.ceilings)
             unit.apply(outcome)
-            delta = {d.value: v for d, v in command.delta.items() if v}
-            unit.note("resume", {"delta": delta, "approver": command.approver})
+            # What the limits actually rose by (after the host ceilings), what was asked, and
+            # who approved: the authenticated principal, with the caller's note beside it.
+            raised = {
+                d.value: new - old
+                for d in Dimension
+                if (old := run.budget.limit(d)) is not None
+                and (new := outcome.budget.limit(d)) is not None
+                and new != old
+            }
+            requested = {d.value: v for d, v in command.delta.items() if v}
+            detail = {"delta": raised, "requested": requested, "approver": command.approver}
+            unit.note("resume", detail | ({"note": command.note} if command.note else {}))
             await unit.write(conn)
             tally.holds_ended(unit.hold_ends)
             return await self._view(conn, tenant, command.run_id)
@@ -179,22 +192,24 @@ class BudgetService:
 
     async def watch(
         self, tenant: str, run_id: str, after_seq: int
-    ) -> AsyncIterator[tuple[RunRecord, StoredEvent]]:
+    ) -> AsyncGenerator[tuple[RunRecord, StoredEvent], None]:
         """Every event after `after_seq` exactly once, in order, then live ones until the
-        client cancels or the server closes the hub."""
-        async with self._hub.subscribe(tenant, run_id) as subscription:
-            run = await self._tx.read(lambda conn: store_reads.get_run(conn, tenant, run_id))
-            if run is None:
-                raise run_not_found()
-            last = after_seq
-            while not self._hub.closed:
-                subscription.clear()
-                batch = await self._events_after(tenant, run_id, last)
-                for event in batch:
-                    yield run, event
-                    last = event.seq
-                if len(batch) < WATCH_BATCH:
-                    await subscription.wait()
+        client cancels or the server closes the hub. Holds one of the tenant's stream slots
+        throughout (TOO_MANY_STREAMS when none is free)."""
+        with self._streams.slot(tenant):
+            async with self._hub.subscribe(tenant, run_id) as subscription:
+                run = await self._tx.read(lambda conn: store_reads.get_run(conn, tenant, run_id))
+                if run is None:
+                    raise run_not_found()
+                last = after_seq
+                while not self._hub.closed:
+                    subscription.clear()
+                    batch = await self._events_after(tenant, run_id, last)
+                    for event in batch:
+                        yield run, event
+                        last = event.seq
+                    if len(batch) < WATCH_BATCH:
+                        await subscription.wait()
 
     async def _events_after(self, tenant: str, run_id: str, after: int) -> list[StoredEvent]:
         async def work(conn: asyncpg.Connection) -> list[StoredEvent]:

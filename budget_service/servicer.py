@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
@@ -73,10 +74,11 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     async def ResumeRun(
         self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResumeRunResponse:
-        tenant = _caller("writer").tenant
-        mutation, command = convert.resume_run(request)
+        # An approval, not a self-service raise: admin or approver, recorded by principal.
+        approver = _caller("approver")
+        mutation, command = convert.resume_run(request, approver.principal)
         data = await self._service.resume_run(
-            tenant,
+            approver.tenant,
             mutation,
             command,
             lambda view: pb.ResumeRunResponse(run=out.run(view)).SerializeToString(),
@@ -130,8 +132,10 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     ) -> AsyncIterator[pb.WatchRunEventsResponse]:
         tenant = _caller("reader").tenant
         run_id, after_seq = convert.watch(request)
-        async for run, event in self._service.watch(tenant, run_id, after_seq):
-            yield pb.WatchRunEventsResponse(event=out.run_event(run, event))
+        # Closed at once when the stream ends or is cancelled: that frees its stream slot.
+        async with contextlib.aclosing(self._service.watch(tenant, run_id, after_seq)) as events:
+            async for run, event in events:
+                yield pb.WatchRunEventsResponse(event=out.run_event(run, event))
 
     async def PutScopeBudget(
         self, request: pb.PutScopeBudgetRequest, context: grpc.aio.ServicerContext

@@ -36,6 +36,8 @@ class BudgetSettings:
     sweep_interval_seconds: float
     idempotency_retention_hours: int
     metric_labels: MetricLabels
+    # Concurrent WatchRunEvents streams one tenant may hold open on one server process.
+    max_streams_per_tenant: int = 100
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> BudgetSettings:
@@ -63,4 +65,7 @@ class BudgetSettings:
                 "RATION_IDEMPOTENCY_RETENTION_HOURS", 24, minimum=24
             ),
             metric_labels=MetricLabels.from_env(env),
+            max_streams_per_tenant=env.integer(
+                "RATION_BUDGET_MAX_STREAMS_PER_TENANT", 100, minimum=1
+            ),
         )

@@ -76,6 +76,16 @@ def validate_run_id(run_id: str, path: str = "run_id") -> list[FieldViolation]:
     return found
 
 
+def validate_note(note: str, path: str) -> list[FieldViolation]:
+    """A free-text audit note (ResumeRun's `approver`): 1..128 printable characters. It is
+    stored in the ledger as given, so it is bounded and never echoed in replies or events."""
+    if not note:
+        return [FieldViolation(path, "must not be empty")]
+    if len(note) > MAX_ID_LENGTH or not note.isprintable():
+        return [FieldViolation(path, f"must be 1..{MAX_ID_LENGTH} printable characters")]
+    return []
+
+
 def validate_request_id(request_id: str, path: str = "request_id") -> list[FieldViolation]:
     """Required on every mutating RPC: it is the idempotency key."""
     if not request_id:

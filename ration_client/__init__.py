@@ -19,6 +19,8 @@ from ration_client.errors import (
     RunExists,
     RunFailed,
     RunInterrupted,
+    RunNotInterrupted,
+    TooManyStreams,
     Unauthenticated,
     Unavailable,
 )
@@ -49,6 +51,8 @@ __all__ = [
     "RunExists",
     "RunFailed",
     "RunInterrupted",
+    "RunNotInterrupted",
+    "TooManyStreams",
     "Unauthenticated",
     "Unavailable",
     "usd",

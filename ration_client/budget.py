@@ -143,6 +143,8 @@ class BudgetClient(Client):
         approver: str,
         request_id: str | None = None,
     ) -> budget_pb2.Run:
+        """Approves an INTERRUPTED run (admin or approver token). The server records the
+        token's principal as the approver; `approver` is only a note (no secrets)."""
         request = budget_pb2.ResumeRunRequest(
             request_id=request_id or new_request_id(), run_id=run_id, delta=delta, approver=approver
         )

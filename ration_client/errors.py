@@ -53,8 +53,8 @@ class BudgetExhausted(_Limit):
     """The run (or a pool it draws on) has no budget left for this call; the run stopped."""
 
 
-class BudgetHeld(RationError):
-    """Open holds take the room this call needs; retry after `retry_after_seconds`."""
+class _RetryLater(RationError):
+    """Refused for now; the server's RetryInfo says when to try again."""
 
     @property
     def retry_after_seconds(self) -> float:
@@ -63,6 +63,10 @@ class BudgetHeld(RationError):
                 delay = detail.retry_delay
                 return float(delay.seconds + delay.nanos / 1e9)
         return 1.0
+
+
+class BudgetHeld(_RetryLater):
+    """Open holds take the room this call needs; retry after `retry_after_seconds`."""
 
 
 class ModelDenied(RationError):
@@ -77,6 +81,10 @@ class ModelDenied(RationError):
 
 class RunInterrupted(RationError):
     """The run waits for ResumeRun (an approval) after a breach."""
+
+
+class RunNotInterrupted(RationError):
+    """ResumeRun approves only an INTERRUPTED run; metadata `state` says what it is instead."""
 
 
 class RunClosed(RationError):
@@ -147,6 +155,11 @@ class HistoryWindowExceeded(RationError):
     pass
 
 
+class TooManyStreams(_RetryLater):
+    """The tenant holds as many event streams as the server allows (metadata `limit`); retry
+    after `retry_after_seconds`, or close a stream."""
+
+
 class Unavailable(RationError):
     """The service or its database is unreachable (fails closed); safe to retry."""
 
@@ -156,6 +169,7 @@ BY_REASON: dict[str, type[RationError]] = {
     "BUDGET_HELD": BudgetHeld,
     "BUDGET_MODEL_DENIED": ModelDenied,
     "RUN_INTERRUPTED": RunInterrupted,
+    "RUN_NOT_INTERRUPTED": RunNotInterrupted,
     "RUN_CLOSED": RunClosed,
     "RUN_FAILED": RunFailed,
     "RESERVATION_SETTLED": ReservationSettled,
@@ -176,6 +190,7 @@ BY_REASON: dict[str, type[RationError]] = {
     "RELEVANCE_UNAVAILABLE": RelevanceUnavailable,
     "HISTORY_WINDOW_EXCEEDED": HistoryWindowExceeded,
     "STORE_UNAVAILABLE": Unavailable,
+    "TOO_MANY_STREAMS": TooManyStreams,
 }
 
 _DETAIL_KINDS = (

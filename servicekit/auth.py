@@ -13,20 +13,29 @@ from pathlib import Path
 from servicekit.errors import DomainError, ErrorKind
 from servicekit.settings import SettingsError
 
-ROLES = ("reader", "writer", "admin")
-# Each role includes the ones before it: a writer may read, an admin may write.
-_RANK = {role: index for index, role in enumerate(ROLES)}
+ROLES = ("reader", "writer", "admin", "approver")
+# Each role includes the ones before it: a writer may read, an admin may write. `approver`
+# (ResumeRun approvals) includes no other role; admin includes it too.
+_RANK = {role: index for index, role in enumerate(ROLES[:3])}
 DEV_TENANT = "dev"
 _HEX_DIGEST = re.compile(r"[0-9a-fA-F]{64}")
+
+
+def _grants(held: str, role: str) -> bool:
+    if held in (role, "admin"):
+        return True
+    return held in _RANK and role in _RANK and _RANK[held] >= _RANK[role]
 
 
 @dataclass(frozen=True)
 class Identity:
     tenant: str
     roles: frozenset[str]
+    # Who the caller is, as recorded (e.g. as a ResumeRun approver): never the token itself.
+    principal: str = ""
 
     def require(self, role: str) -> None:
-        if not any(_RANK[r] >= _RANK[role] for r in self.roles):
+        if not any(_grants(r, role) for r in self.roles):
             raise DomainError(
                 ErrorKind.FORBIDDEN,
                 "ROLE_REQUIRED",
@@ -35,7 +44,7 @@ class Identity:
             )
 
 
-DEV_IDENTITY = Identity(DEV_TENANT, frozenset(ROLES))
+DEV_IDENTITY = Identity(DEV_TENANT, frozenset(ROLES), DEV_TENANT)
 identity_var: contextvars.ContextVar[Identity] = contextvars.ContextVar("identity")
 
 
@@ -62,12 +71,19 @@ def _identity_of(row: object, index: int) -> tuple[str, Identity]:
     roles = row.get("roles")
     if not isinstance(roles, list) or not roles:
         raise ValueError(f"{where}.roles is required: a list of one or more of {', '.join(ROLES)}")
-    unknown = [r for r in roles if not isinstance(r, str) or r not in _RANK]
+    unknown = [r for r in roles if not isinstance(r, str) or r not in ROLES]
     if unknown:
         raise ValueError(
             f"{where}.roles has unknown roles {unknown!r}: expected {', '.join(ROLES)}"
         )
-    return sha.lower(), Identity(tenant, frozenset(roles))
+    principal = row.get("principal", sha.lower()[:12])
+    if (
+        not isinstance(principal, str)
+        or not 0 < len(principal) <= 128
+        or not principal.isprintable()
+    ):
+        raise ValueError(f"{where}.principal must be 1..128 printable characters")
+    return sha.lower(), Identity(tenant, frozenset(roles), principal)
 
 
 class TokenTable:
@@ -82,9 +98,10 @@ class TokenTable:
 
     @classmethod
     def load(cls, path: Path | None) -> TokenTable:
-        """Reads `{"tokens": [{"sha256": hex, "tenant": str, "roles": [..]}]}`, strictly: a row
-        without roles, with an unknown role, a malformed digest or a blank or non-string tenant,
-        and a digest listed twice, are refused with the row's index."""
+        """Reads `{"tokens": [{"sha256": hex, "tenant": str, "roles": [..], "principal": str}]}`,
+        strictly: a row without roles, with an unknown role, a malformed digest, a blank or
+        non-string tenant or a bad principal, and a digest listed twice, are refused with the
+        row's index. `principal` is optional and defaults to the digest's first 12 hex digits."""
         if path is None:
             return cls(None)
         try:

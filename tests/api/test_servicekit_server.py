@@ -101,7 +101,7 @@ async def test_dev_mode_caller_is_the_dev_tenant(
 ) -> None:
     _, channel = probe
     answer = json.loads(await call(channel, "WhoAmI")(b""))
-    assert answer == {"tenant": "dev", "roles": ["admin", "reader", "writer"]}
+    assert answer == {"tenant": "dev", "roles": ["admin", "approver", "reader", "writer"]}
 
 
 async def test_domain_error_reaches_client_with_code_reason_and_detail(

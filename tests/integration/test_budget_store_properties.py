@@ -42,7 +42,14 @@ T, C, TC = Dimension.TOKENS, Dimension.COST, Dimension.TOOL_CALLS
 DIMS = (T, C, TC)
 TENANT = "prop"
 EXPECTED_REFUSALS = frozenset(
-    {"BUDGET_HELD", "BUDGET_EXHAUSTED", "RUN_INTERRUPTED", "RUN_FAILED", "RESERVATION_SETTLED"}
+    {
+        "BUDGET_HELD",
+        "BUDGET_EXHAUSTED",
+        "RUN_INTERRUPTED",
+        "RUN_FAILED",
+        "RUN_NOT_INTERRUPTED",
+        "RESERVATION_SETTLED",
+    }
 )
 
 

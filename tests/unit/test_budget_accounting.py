@@ -58,7 +58,7 @@ from budget_service.state import (
     RunState,
     RunStatus,
 )
-from servicekit.errors import DomainError, ErrorKind, QuotaDetail, RetryDetail
+from servicekit.errors import BadRequestDetail, DomainError, ErrorKind, QuotaDetail, RetryDetail
 
 USD = 10**9
 T, C, TC, R = Dimension.TOKENS, Dimension.COST, Dimension.TOOL_CALLS, Dimension.RETRIES
@@ -496,7 +496,7 @@ def test_resume_never_passes_a_host_ceiling_nor_lowers_a_limit() -> None:
     assert raised.budget.max_cost_nanos == 100 * USD
     assert raised.budget.binding[C] == "host"
     above = resolve_effective_budget(BudgetPolicy(max_cost_nanos=200 * USD))
-    exhausted = RunStatus(exhausted=frozenset({C}))
+    exhausted = RunStatus(RunState.INTERRUPTED, exhausted=frozenset({C}))
     kept = apply_resume(above, exhausted, {C: USD}, ceilings)
     assert kept.budget.max_cost_nanos == 200 * USD
     assert kept.status.exhausted == {C}  # not raised, so still exhausted
@@ -517,6 +517,40 @@ def test_resume_refuses_negative_deltas() -> None:
     with pytest.raises(DomainError) as refused:
         apply_resume(EffectiveBudget(max_tokens=1), RunStatus(RunState.INTERRUPTED), {T: -1})
     assert refused.value.reason == "VALIDATION_FAILED"
+
+
+def test_resume_approves_only_an_interrupted_run() -> None:
+    with pytest.raises(DomainError) as refused:
+        apply_resume(EffectiveBudget(max_tokens=1), RunStatus(RunState.ACTIVE), {T: 1})
+    assert (refused.value.kind, refused.value.reason) == (
+        ErrorKind.PRECONDITION,
+        "RUN_NOT_INTERRUPTED",
+    )
+    assert refused.value.metadata == {"state": "active"}
+
+
+def _violations(error: DomainError) -> list[str]:
+    assert error.reason == "VALIDATION_FAILED"
+    assert isinstance(error.detail, BadRequestDetail)
+    return [v.field for v in error.detail.violations]
+
+
+def test_totals_past_int64_are_validation_failed_naming_the_amount() -> None:
+    edge = 2**63 - 1
+    interrupted = RunStatus(RunState.INTERRUPTED)
+    assert apply_resume(EffectiveBudget(max_cost_nanos=edge - 5), interrupted, {C: 5}).budget
+    with pytest.raises(DomainError) as resume:
+        apply_resume(EffectiveBudget(max_cost_nanos=edge - 5), interrupted, {C: 6})
+    assert _violations(resume.value) == ["delta.cost_nanos"]
+    near = {T: Balance(None, consumed=edge - 1, held=0)}
+    assert settle_hold(near, None, {T: 1})[T].consumed == edge
+    with pytest.raises(DomainError) as consume:
+        settle_hold(near, None, {T: 2})
+    assert _violations(consume.value) == ["usage.tokens"]
+    held = {RUN_BALANCE: {C: Balance(None, held=edge)}}
+    with pytest.raises(DomainError) as reserve:
+        decide_reserve(held, {C: 1})
+    assert _violations(reserve.value) == ["estimate.cost_nanos"]
 
 
 # --- refusals and holds ----------------------------------------------------------------------

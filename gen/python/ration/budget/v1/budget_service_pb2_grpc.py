@@ -141,12 +141,18 @@ class BudgetServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ResumeRun(self, request, context):
-        """Continues an INTERRUPTED run (or raises an ACTIVE one): adds `delta` to its bounded limits
-        (never past a host ceiling; unbounded dimensions stay unbounded), makes it ACTIVE, bumps the
-        policy version, re-arms the once-only events of raised dimensions, emits another
-        `budget.reserved` and a `resume` ledger row with the approver. Errors: RUN_NOT_FOUND;
-        FAILED_PRECONDITION RUN_FAILED or RUN_CLOSED (metadata state) for final runs.
-        Idempotent by request_id. Role: writer.
+        """Approves the continuation of an INTERRUPTED run: adds `delta` to its bounded limits, each
+        clamped to the host ceiling (RATION_MAX_BUDGET_TOKENS, RATION_MAX_BUDGET_COST_USD; never
+        lowered; unbounded dimensions stay unbounded), makes it ACTIVE, bumps the policy version,
+        re-arms the once-only events of raised dimensions, emits another `budget.reserved` with the
+        resulting (clamped) effective budget, and writes a `resume` ledger row with the amounts the
+        limits rose by, the requested delta, the authenticated principal as approver (the token
+        row's `principal`) and the request's `approver` text as a note.
+        Errors: RUN_NOT_FOUND; FAILED_PRECONDITION (metadata state) RUN_FAILED or RUN_CLOSED for
+        final runs and RUN_NOT_INTERRUPTED for an ACTIVE run; VALIDATION_FAILED (field
+        delta.<dimension>) when a raised limit would pass 2^63 - 1.
+        Idempotent by request_id. Role: admin or approver (PERMISSION_DENIED ROLE_REQUIRED, metadata
+        role "approver", otherwise).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -167,7 +173,9 @@ class BudgetServiceServicer:
         Side effects: expiry of the run's overdue holds, one hold, a ledger row per decision, the
         balance changes and any events, in one transaction; refusals write their ledger row (and a
         breach its events and stop) but store no response, so a retry is judged afresh.
-        Idempotent by request_id. Errors also: RUN_NOT_FOUND. Role: writer.
+        Idempotent by request_id. Errors also: RUN_NOT_FOUND; VALIDATION_FAILED (field
+        estimate.<dimension>) when the estimate would take a held total past 2^63 - 1 (possible
+        only on unbounded dimensions). Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -181,7 +189,9 @@ class BudgetServiceServicer:
         bounded dimension touched, then threshold, exhaustion and breach events as they occur (a
         hard breach fails or interrupts the run). Errors: RUN_NOT_FOUND, RESERVATION_NOT_FOUND,
         RESERVATION_SETTLED (FAILED_PRECONDITION, metadata state "consumed": the hold was already
-        consumed by another request). Idempotent by request_id. Role: writer.
+        consumed by another request); VALIDATION_FAILED (field usage.<dimension>) when the usage
+        would take the run's or a pool's consumed total past 2^63 - 1: such usage is absurd and is
+        not recorded (nothing is written). Idempotent by request_id. Role: writer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -200,7 +210,8 @@ class BudgetServiceServicer:
         """Would this estimate and model be granted now? Per dimension limit, consumed, held, remaining
         and binding scope; run state; model verdict. Holds past expires_at are not counted (database
         clock) though nothing is written. No side effects (never holds, never consumes, never
-        expires). Errors: RUN_NOT_FOUND. Role: reader.
+        expires). Errors: RUN_NOT_FOUND; VALIDATION_FAILED as for Reserve (an estimate that would
+        take a held total past 2^63 - 1). Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -219,7 +230,10 @@ class BudgetServiceServicer:
         """Streams a run's events after `after_seq`, then follows new ones live (LISTEN/NOTIFY wakes the
         stream, which re-reads the event table after the last seq it sent), each exactly once and in
         order; resume after a disconnect with the last seq seen. The stream ends when the client
-        cancels or the server shuts down. Errors: RUN_NOT_FOUND. Role: reader.
+        cancels or the server shuts down. A tenant holds at most RATION_BUDGET_MAX_STREAMS_PER_TENANT
+        (default 100) concurrent streams per server process; one more is RESOURCE_EXHAUSTED
+        TOO_MANY_STREAMS (metadata limit; RetryInfo), and a slot frees as soon as any of the
+        tenant's streams ends or is cancelled. Errors: RUN_NOT_FOUND. Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
