@@ -19,6 +19,7 @@ from ration_client.errors import (
     RunExists,
     RunFailed,
     RunInterrupted,
+    TenantBusy,
     Unauthenticated,
     Unavailable,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "RunExists",
     "RunFailed",
     "RunInterrupted",
+    "TenantBusy",
     "Unauthenticated",
     "Unavailable",
     "usd",

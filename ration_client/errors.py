@@ -29,8 +29,17 @@ class RationError(Exception):
     @property
     def retryable(self) -> bool:
         return self.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED) or (
-            self.reason == "BUDGET_HELD"
+            self.reason in ("BUDGET_HELD", "TENANT_BUSY")
         )
+
+    @property
+    def retry_after_seconds(self) -> float:
+        """The server's RetryInfo delay, or 1 s when it sent none."""
+        for detail in self.details:
+            if isinstance(detail, error_details_pb2.RetryInfo):
+                delay = detail.retry_delay
+                return float(delay.seconds + delay.nanos / 1e9)
+        return 1.0
 
 
 class _Limit(RationError):
@@ -56,13 +65,14 @@ class BudgetExhausted(_Limit):
 class BudgetHeld(RationError):
     """Open holds take the room this call needs; retry after `retry_after_seconds`."""
 
+
+class TenantBusy(RationError):
+    """The tenant has its whole share of the server's CPU pool in use; nothing was done.
+    Retry after `retry_after_seconds`."""
+
     @property
-    def retry_after_seconds(self) -> float:
-        for detail in self.details:
-            if isinstance(detail, error_details_pb2.RetryInfo):
-                delay = detail.retry_delay
-                return float(delay.seconds + delay.nanos / 1e9)
-        return 1.0
+    def limit(self) -> str:
+        return self.metadata.get("limit", "")
 
 
 class ModelDenied(RationError):
@@ -176,6 +186,7 @@ BY_REASON: dict[str, type[RationError]] = {
     "RELEVANCE_UNAVAILABLE": RelevanceUnavailable,
     "HISTORY_WINDOW_EXCEEDED": HistoryWindowExceeded,
     "STORE_UNAVAILABLE": Unavailable,
+    "TENANT_BUSY": TenantBusy,
 }
 
 _DETAIL_KINDS = (

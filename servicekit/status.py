@@ -27,6 +27,7 @@ _CODES: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorKind.CONFLICT: grpc.StatusCode.ABORTED,
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorKind.DEADLINE: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 
