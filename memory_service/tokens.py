@@ -132,8 +132,8 @@ class TokenCounter:
     """Sizes text in every TokenUnit. Build once at start with `load`, then share (thread-safe).
 
     Counting is tiktoken's encode_ordinary: linear in the text, even on a 64 KiB pre-token
-    (DNA, CJK without punctuation), and it releases the GIL while it runs. Special-token
-    strings such as <|endoftext|> count as the ordinary text they are: content is data.
+    (DNA, CJK without punctuation). Special-token strings such as <|endoftext|> count as the
+    ordinary text they are: content is data, never control tokens.
     """
 
     def __init__(self, encodings: dict[TokenUnit, tiktoken.Encoding]) -> None:
