@@ -178,6 +178,9 @@ class CpuPool:
             if state is None:
                 return
             job = state.waiting.popleft()
+            if job.future.done():  # its caller was cancelled a moment ago: drop it
+                self._forget_if_idle(job.tenant)
+                continue
             if job.deadline is not None and job.deadline <= self._clock():
                 job.future.set_exception(deadline_exceeded())
                 self._forget_if_idle(job.tenant)
@@ -197,12 +200,14 @@ class CpuPool:
         state.running -= 1
         self._running -= 1
         self._mean_seconds += (self._clock() - started - self._mean_seconds) * 0.2
-        if not job.future.done():  # else the caller was cancelled
-            error = done.exception()
-            if error is not None:
-                job.future.set_exception(error)
-            else:
-                job.future.set_result(done.result())
+        if job.future.done():  # the caller was cancelled: nobody wants the result
+            pass
+        elif done.cancelled():
+            job.future.cancel()
+        elif (error := done.exception()) is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(done.result())
         self._forget_if_idle(job.tenant)
         self._dispatch()
 

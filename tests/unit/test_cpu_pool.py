@@ -182,3 +182,29 @@ def test_settings_come_from_the_environment() -> None:
     assert defaults.tenant_share == 32
     with pytest.raises(SettingsError, match="RATION_CPU_TENANT_SHARE"):
         CpuSettings.from_env(Env({"RATION_CPU_TENANT_SHARE": "0"}))
+
+
+async def test_a_job_cancelled_as_a_worker_frees_up_never_runs() -> None:
+    # The worker's completion reaches the loop before the cancelled caller wakes up, so the
+    # pool meets a waiting job whose caller is already gone.
+    pool = CpuPool(workers=1, tenant_share=4)
+    ran: list[int] = []
+    try:
+        for n in range(5):
+            blocker = Gate()
+            running = asyncio.create_task(pool.run("a", blocker, "x"))
+            await entered(blocker)
+            waiting = asyncio.create_task(pool.run("a", ran.append, n))
+            await asyncio.sleep(0)
+            blocker.release.set()
+            time.sleep(0.05)  # noqa: ASYNC251  (holds the loop: the thread finishes first)
+            await asyncio.sleep(0)  # the loop takes the thread's result; the pool's turn is next
+            waiting.cancel()
+            await running
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert pool.held("a") == 0
+        assert ran == []
+        assert await pool.run("a", lambda: "still serving") == "still serving"
+    finally:
+        pool.close()
