@@ -16,9 +16,9 @@ from ration_client import MemoryClient, TenantBusy
 from servicekit.auth import digest
 
 A_APPENDS = 6
-# Large enough that one append's preparation (redaction, sizing, embedding of 24 × 64 KiB)
-# outlasts every round trip of the test; small enough for the 4 MiB message limit.
-A_ENTRIES = 24
+# One append's preparation (redaction, sizing, embedding of 12 × 64 KiB, about a second) far
+# outlasts the test's round trips, yet leaves B's wait well inside its default deadline.
+A_ENTRIES = 12
 # One worker, so the order of turns is visible from outside: A's first append runs, A's next two
 # wait, the rest are refused.
 SHARE = 3
