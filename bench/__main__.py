@@ -91,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     failed = [n for n, f in results["figures"].items() if f.get("status") == "failed"]
     failed += [n for n, f in results["ceilings"].items() if f.get("status") == "failed"]
+    if results["sizing"].get("status") == "failed":
+        failed.append("sizing")
     if failed:
         print(f"failed: {', '.join(failed)} (server logs: {results['setup'].get('server_logs')})")
     return 1 if failed else 0

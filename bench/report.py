@@ -171,6 +171,40 @@ def _figures(results: dict[str, Any]) -> list[str]:
     return [*out, "", NOTES]
 
 
+SIZING_NOTES = """\
+- Entry sizing: one entry of RATION_MEMORY_MAX_ENTRY_BYTES (64 KiB) of each kind with no word
+  breaks (random `ACGT`, CJK ideographs, emoji, base64), the cases that made a pure-Python BPE
+  quadratic. *ours* is `TokenCounter.sizes` (o200k_base, cl100k_base and chars, as stored at
+  write); *tiktoken* is `encode_ordinary` of the same text in both encodings on Encodings
+  loaded by tiktoken's own loader. Median of alternating runs, in the bench process.
+"""
+
+
+def _sizing(results: dict[str, Any]) -> list[str]:
+    figure = results.get("sizing") or {}
+    if not figure:
+        return []
+    out = ["## Entry sizing (worst case)", ""]
+    if figure.get("status") != "ok":
+        return [*out, _status(figure), ""]
+    out += [
+        f"Worst case: **{figure['worst']}**, {_num(figure['worst_ms'])} ms "
+        f"(tiktoken {_num(figure['worst_tiktoken_ms'])} ms) for {figure['size_bytes']:,} "
+        "bytes.",
+        "",
+        "| kind | UTF-8 bytes | o200k tokens | cl100k tokens | ours ms | tiktoken ms "
+        "| ÷ tiktoken |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for kind, k in figure["kinds"].items():
+        tokens = k["tokens"]
+        out.append(
+            f"| {kind} | {k['bytes']:,} | {tokens['o200k_base']:,} | {tokens['cl100k_base']:,} | "
+            f"{_num(k['ours_ms'])} | {_num(k['tiktoken_ms'])} | {_num(k['ratio'])} |"
+        )
+    return [*out, "", SIZING_NOTES]
+
+
 def markdown(results: dict[str, Any], chart_drawn: bool) -> str:
     out = [
         "# ration benchmark results",
@@ -183,6 +217,7 @@ def markdown(results: dict[str, Any], chart_drawn: bool) -> str:
         *_targets(results),
         *_ceilings(results),
         *_figures(results),
+        *_sizing(results),
     ]
     if chart_drawn:
         out += [f"![AppendEntries and ListMemory latency against memory size]({CHART})", ""]

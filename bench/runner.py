@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import machine, pgbench
+from bench import machine, pgbench, sizing
 from bench.budget_flow import BudgetFlow
 from bench.database import (
     Server,
@@ -27,6 +27,7 @@ from bench.servers import ServerProcess, start_echo, start_service
 
 # Names accepted by --only (a prefix selects a group, e.g. "budget" or "memory.list").
 FIGURES = (
+    "sizing",
     "pgbench.hot",
     "pgbench.spread",
     "echo",
@@ -82,6 +83,8 @@ class Results:
     machine: dict[str, Any] = field(default_factory=dict)
     ceilings: dict[str, dict[str, Any]] = field(default_factory=dict)
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Worst-case entry sizing (no server): bench/sizing.py.
+    sizing: dict[str, Any] = field(default_factory=dict)
     setup: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     finished_at: str = ""
@@ -118,6 +121,7 @@ class Runner:
         started = time.monotonic()
         self.results.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         try:
+            self._sizing()
             with postgres_server() as server, bench_database(server) as url:
                 self.results.machine = machine.describe(server_version(url), server.source)
                 self.results.machine.update(
@@ -145,6 +149,25 @@ class Runner:
     def _all(self) -> Iterator[dict[str, Any]]:
         yield from self.results.ceilings.values()
         yield from self.results.figures.values()
+        if self.results.sizing:
+            yield self.results.sizing
+
+    def _sizing(self) -> None:
+        """Measured first, in this process, before any server competes for the CPUs."""
+        if not self.config.selected("sizing"):
+            return
+        try:
+            figure = sizing.measure()
+        except Exception as exc:
+            figure = {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc)[-600:]}"}
+        self.results.sizing = figure
+        if figure["status"] != "ok":
+            self.config.log(f"{'sizing':<30} failed: {figure['reason']}")
+            return
+        self.config.log(
+            f"{'sizing (64 KiB, worst case)':<30} {figure['worst']}: {figure['worst_ms']:.1f} ms"
+            f", tiktoken {figure['worst_tiktoken_ms']:.1f} ms"
+        )
 
     def _pgbench(self, server: Server, url: str) -> None:
         names = [n for n in ("hot", "spread") if self.config.selected(f"pgbench.{n}")]

@@ -27,6 +27,7 @@ from memory_service.validation import InputLimits
 from memory_service.vectors import Vectors
 from memory_service.write_path import REQUEST_LOG, WritePath, WritePolicy
 from ration.memory.v1 import memory_service_pb2_grpc
+from servicekit.cpu import CpuPool
 from servicekit.db import Database
 from servicekit.errors import DomainError
 from servicekit.idempotency import forget_older_than
@@ -110,13 +111,15 @@ def factory(settings: MemorySettings) -> AppFactory:
     )
 
     def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
+        # One bounded pool per process for redaction, sizing and embedding (servicekit/cpu.py).
+        cpu = CpuPool.from_settings(settings.cpu)
         path = WritePath(database, WritePolicy(budget, policy, limits), MemoryMetrics(registry))
         link = BudgetLink(settings.budget_address) if settings.budget_address else None
         items = MemoryItems()
         reads = MemoryReads(
             database,
             CandidateCache(settings.cache_entries),
-            Vectors(embedder, database) if embedder else None,
+            Vectors(embedder, database, cpu) if embedder else None,
             link,
             ListMetrics(registry),
             TokenUnit(settings.token_counter),
@@ -125,7 +128,7 @@ def factory(settings: MemorySettings) -> AppFactory:
         )
         servicer = MemoryServicer(
             capabilities,
-            MemoryWrites(path, counter, embedder),
+            MemoryWrites(path, counter, cpu, embedder),
             MemoryCompaction(path),
             MemoryQueries(database, budget, policy, settings.max_history_revisions),
             reads,
@@ -134,6 +137,11 @@ def factory(settings: MemorySettings) -> AppFactory:
 
         def register(server: grpc.aio.Server) -> None:
             memory_service_pb2_grpc.add_MemoryServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+
+        async def close() -> None:
+            cpu.close()
+            if link is not None:
+                await link.close()
 
         async def sweep_request_log() -> None:
             # Replays need stored responses for at least 24 hours; older ones are dropped.
@@ -153,7 +161,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             migrations=[MIGRATIONS],
             register=register,
             background=[sweep_request_log],
-            close=link.close if link else None,
+            close=close,
         )
 
     return build

@@ -85,7 +85,9 @@ class MemoryReads:
         empty = ListResult(unit, query.rank, effective_token_budget=budget)
         if not validate_memory_ref(query.memory_ref):  # reads exactly like an absent memory
             return self._listed(empty)
-        vector = await self._vectors.query(query.query) if self._vectors and relevance else None
+        vector = None
+        if self._vectors is not None and relevance:
+            vector = await self._vectors.query(identity.tenant, query.query)
         tags = (query.tag,) if query.tag else ()
         limit = min(query.limit or self._cap, self._cap)
 
@@ -144,7 +146,9 @@ class MemoryReads:
             raise relevance_unavailable()
         if not validate_memory_ref(query.memory_ref):
             return SearchResult()
-        vector = await self._vectors.query(query.query) if self._vectors and semantic else None
+        vector = None
+        if self._vectors is not None and semantic:
+            vector = await self._vectors.query(identity.tenant, query.query)
         limit = query.limit or DEFAULT_SEARCH_LIMIT
 
         async def work(conn: asyncpg.Connection | None, snap: Snapshot) -> SearchResult:

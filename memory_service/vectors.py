@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -14,6 +15,7 @@ from memory_service.candidates import CandidateIndex
 from memory_service.embedding import DIMENSION, Embedder, to_bytes
 from memory_service.store import MemoryKey
 from memory_service.tenancy import for_tenant
+from servicekit.cpu import CpuPool
 from servicekit.db import Database
 
 # Entries written while the embedder was off are embedded in batches, each stored in its own
@@ -27,22 +29,38 @@ QUERY_CACHE_SIZE = 1024
 class Vectors:
     """The embedder's side of relevance ranking; inference always runs off the event loop."""
 
-    def __init__(self, embedder: Embedder, db: Database) -> None:
+    def __init__(self, embedder: Embedder, db: Database, cpu: CpuPool) -> None:
         self._embedder = embedder
         self._db = db
+        self._cpu = cpu
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._embedding: dict[tuple[str, str], asyncio.Task[np.ndarray]] = {}
         self._filling: dict[CandidateIndex, asyncio.Task[np.ndarray]] = {}
 
-    async def query(self, text: str) -> np.ndarray:
+    async def query(self, tenant: str, text: str) -> np.ndarray:
+        """The query's vector (cached), embedded on the CPU pool as one job of `tenant` however
+        many of its calls ask for it at once: a burst of one new query is one job, not one per
+        call, so it neither costs the tenant its share nor the pool its workers."""
         vector = self._queries.get(text)
         if vector is not None:
             self._queries.move_to_end(text)
             return vector
-        vector = await asyncio.to_thread(self._embedder.embed, text)
-        self._queries[text] = vector
+        key = (tenant, text)
+        task = self._embedding.get(key)
+        if task is None:
+            # Shared by the callers that wait: no single call's deadline stops it.
+            job = self._cpu.run(tenant, self._embedder.embed, text, deadline=None)
+            task = self._embedding[key] = asyncio.create_task(job)
+            task.add_done_callback(functools.partial(self._embedded, key))
+        return await asyncio.shield(task)
+
+    def _embedded(self, key: tuple[str, str], task: asyncio.Task[np.ndarray]) -> None:
+        self._embedding.pop(key, None)
+        if task.cancelled() or task.exception() is not None:
+            return  # the waiters see the failure; nothing is cached
+        self._queries[key[1]] = task.result()
         if len(self._queries) > QUERY_CACHE_SIZE:
             self._queries.popitem(last=False)
-        return vector
 
     async def matrix(
         self,
@@ -99,7 +117,9 @@ class Vectors:
         stored = await db.read(stored_vectors) if wanted else {}
         missing = [i for i in wanted if stored.get(i) is None]
         for start in range(0, len(missing), BACKFILL_BATCH):
-            stored.update(await self._backfill(db, key, missing[start : start + BACKFILL_BATCH]))
+            stored.update(
+                await self._backfill(tenant, db, key, missing[start : start + BACKFILL_BATCH])
+            )
         matrix = np.empty((len(ids), DIMENSION), dtype=np.float32)
         if lender is not None and lent:
             mine = [n for n, i in enumerate(ids) if i in lent]
@@ -111,15 +131,16 @@ class Vectors:
         return matrix
 
     async def _backfill(
-        self, db: Database, key: MemoryKey, version_ids: Sequence[str]
+        self, tenant: str, db: Database, key: MemoryKey, version_ids: Sequence[str]
     ) -> dict[str, bytes]:
         async def contents(conn: asyncpg.Connection) -> dict[str, str]:
             found = await store_candidates.contents_of(conn, key, version_ids)
             return {i: c.content for i, c in found.items()}
 
         texts = await db.read(contents)
-        vectors = await asyncio.to_thread(
-            self._embedder.embed_many, [texts[i] for i in version_ids]
+        # The fill is shared by concurrent callers and outlives each one: no call's deadline.
+        vectors = await self._cpu.run(
+            tenant, self._embedder.embed_many, [texts[i] for i in version_ids], deadline=None
         )
         blobs = {i: to_bytes(v) for i, v in zip(version_ids, vectors, strict=True)}
 

@@ -21,6 +21,7 @@ from ration_client.errors import (
     RunInterrupted,
     RunNotInterrupted,
     TooManyStreams,
+    TenantBusy,
     Unauthenticated,
     Unavailable,
 )
@@ -53,6 +54,7 @@ __all__ = [
     "RunInterrupted",
     "RunNotInterrupted",
     "TooManyStreams",
+    "TenantBusy",
     "Unauthenticated",
     "Unavailable",
     "usd",

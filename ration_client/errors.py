@@ -29,8 +29,17 @@ class RationError(Exception):
     @property
     def retryable(self) -> bool:
         return self.code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED) or (
-            self.reason == "BUDGET_HELD"
+            self.reason in ("BUDGET_HELD", "TENANT_BUSY")
         )
+
+    @property
+    def retry_after_seconds(self) -> float:
+        """The server's RetryInfo delay, or 1 s when it sent none."""
+        for detail in self.details:
+            if isinstance(detail, error_details_pb2.RetryInfo):
+                delay = detail.retry_delay
+                return float(delay.seconds + delay.nanos / 1e9)
+        return 1.0
 
 
 class _Limit(RationError):
@@ -56,13 +65,14 @@ class BudgetExhausted(_Limit):
 class _RetryLater(RationError):
     """Refused for now; the server's RetryInfo says when to try again."""
 
+
+class TenantBusy(_RetryLater):
+    """The tenant has its whole share of the server's CPU pool in use; nothing was done.
+    Retry after `retry_after_seconds`."""
+
     @property
-    def retry_after_seconds(self) -> float:
-        for detail in self.details:
-            if isinstance(detail, error_details_pb2.RetryInfo):
-                delay = detail.retry_delay
-                return float(delay.seconds + delay.nanos / 1e9)
-        return 1.0
+    def limit(self) -> str:
+        return self.metadata.get("limit", "")
 
 
 class BudgetHeld(_RetryLater):
@@ -191,6 +201,7 @@ BY_REASON: dict[str, type[RationError]] = {
     "HISTORY_WINDOW_EXCEEDED": HistoryWindowExceeded,
     "STORE_UNAVAILABLE": Unavailable,
     "TOO_MANY_STREAMS": TooManyStreams,
+    "TENANT_BUSY": TenantBusy,
 }
 
 _DETAIL_KINDS = (

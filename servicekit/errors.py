@@ -24,6 +24,7 @@ class ErrorKind(enum.Enum):
     CONFLICT = "conflict"  # ABORTED
     UNAVAILABLE = "unavailable"  # UNAVAILABLE
     UNIMPLEMENTED = "unimplemented"  # UNIMPLEMENTED
+    DEADLINE = "deadline"  # DEADLINE_EXCEEDED
 
 
 @dataclass(frozen=True)
@@ -122,3 +123,23 @@ def not_found(reason: str, message: str) -> DomainError:
 
 def store_unavailable(message: str = "the database is unavailable; retry") -> DomainError:
     return DomainError(ErrorKind.UNAVAILABLE, "STORE_UNAVAILABLE", message, detail=RetryDetail(0.2))
+
+
+def tenant_busy(share: int, retry_seconds: float) -> DomainError:
+    """The caller's tenant holds its whole share of the CPU pool (servicekit/cpu.py)."""
+    return DomainError(
+        ErrorKind.EXHAUSTED,
+        "TENANT_BUSY",
+        f"this tenant already has {share} CPU jobs running or waiting; retry later",
+        metadata={"limit": str(share)},
+        detail=RetryDetail(retry_seconds),
+    )
+
+
+def deadline_exceeded() -> DomainError:
+    """The call's deadline passed before its work started; nothing was done."""
+    return DomainError(
+        ErrorKind.DEADLINE,
+        "DEADLINE_EXCEEDED",
+        "the call's deadline passed before its work could start; nothing was done",
+    )

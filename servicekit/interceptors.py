@@ -12,6 +12,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from servicekit.auth import TokenTable, identity_var
+from servicekit.cpu import deadline_of, deadline_var
 from servicekit.errors import (
     DomainError,
     FieldViolation,
@@ -177,6 +178,7 @@ class _Series:
 
     def begin(self, context: grpc.aio.ServicerContext) -> float:
         request_id_var.set(_metadata(context, "x-request-id") or _new_request_id())
+        deadline_var.set(deadline_of(context))  # CPU work not started by then never starts
         self.method.started.inc()
         return time.perf_counter()
 

@@ -28,6 +28,7 @@ _CODES: dict[ErrorKind, grpc.StatusCode] = {
     ErrorKind.CONFLICT: grpc.StatusCode.ABORTED,
     ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorKind.UNIMPLEMENTED: grpc.StatusCode.UNIMPLEMENTED,
+    ErrorKind.DEADLINE: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 
 

@@ -156,6 +156,7 @@ DOCUMENTED = {  # DESIGN.md section 11, reason → code
     "HISTORY_WINDOW_EXCEEDED": grpc.StatusCode.FAILED_PRECONDITION,
     "REVISION_CONFLICT": grpc.StatusCode.ABORTED,
     "STORE_UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "TENANT_BUSY": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 

@@ -176,3 +176,36 @@ def test_rates_count_only_completions_inside_the_window() -> None:
         tally.completed(done, window, rpcs=False)
     tally.completed(11.0, window, rpcs=True)
     assert (tally.window_ops, tally.window_rpcs, tally.last_in_window) == (4, 1, 12.0)
+
+
+def test_sizing_figure_reports_every_worst_case_kind_beside_tiktoken(tmp_path: Path) -> None:
+    from bench.sizing import measure, worst_case_texts
+
+    texts = worst_case_texts()
+    assert sorted(texts) == ["base64", "cjk", "dna", "emoji"]
+    for text in texts.values():
+        assert 65_536 - 4 < len(text.encode()) <= 65_536
+        assert not any(c.isspace() for c in text)
+    figure = measure(size_bytes=4_096, repeats=1)
+    assert figure["status"] == "ok"
+    assert set(figure["kinds"]) == set(texts)
+    for kind in figure["kinds"].values():
+        assert kind["ours_ms"] > 0
+        assert kind["tiktoken_ms"] > 0
+        assert kind["tokens"]["o200k_base"] > 0
+    assert figure["worst_ms"] == max(k["ours_ms"] for k in figure["kinds"].values())
+    results: dict[str, Any] = {
+        "config": {"mode": "test", "duration": 1.0, "warmup": 0.2},
+        "machine": {},
+        "ceilings": {},
+        "figures": {},
+        "sizing": figure,
+        "setup": {},
+        "started_at": "now",
+        "elapsed_s": 1.0,
+    }
+    text = report.write(results, tmp_path)["markdown"].read_text()
+    assert "## Entry sizing (worst case)" in text
+    assert f"Worst case: **{figure['worst']}**" in text
+    for kind in texts:
+        assert f"| {kind} | " in text

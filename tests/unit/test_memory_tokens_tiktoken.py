@@ -9,15 +9,17 @@ import socket
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from memory_support import tiktoken_encoding
+from tiktoken_ext import openai_public
 
 from memory_service.app import factory
 from memory_service.settings import MemorySettings
-from memory_service.tokens import TokenCounter, TokenUnit, packaged_data_dir
+from memory_service.tokens import ENCODINGS, TokenCounter, TokenUnit, packaged_data_dir
 from servicekit.settings import Env, SettingsError
 
 CORPUS = (
@@ -108,3 +110,20 @@ def test_the_service_will_not_start_with_a_tampered_encoding_file(tmp_path: Path
 
 def test_the_service_starts_from_a_verified_copy(tmp_path: Path, no_network: None) -> None:
     assert callable(factory(_settings(_data_dir(tmp_path))))
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_pinned_patterns_and_special_tokens_are_tiktokens_own(unit: TokenUnit) -> None:
+    # tiktoken's constructor would download the ranks; the test hands it an empty table.
+    with mock.patch.object(openai_public, "load_tiktoken_bpe", return_value={}):
+        spec = getattr(openai_public, unit.value)()
+    assert ENCODINGS[unit].pat_str == spec["pat_str"]
+    assert ENCODINGS[unit].special_tokens == spec["special_tokens"]
+    assert ENCODINGS[unit].filename == f"{unit.value}.tiktoken.gz"
+
+
+@pytest.mark.timeout(60)  # a guard, not a measurement: the quadratic merge took 450 s
+def test_a_64_kib_pre_token_is_sized_in_linear_time(counter: TokenCounter) -> None:
+    dna = "ACGT" * (64 * 1024 // 4)  # one pre-token: no spaces, punctuation or case change
+    for unit in UNITS:
+        assert counter.count(unit, dna) == len(tiktoken_encoding(unit.value).encode_ordinary(dna))

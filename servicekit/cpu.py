@@ -1,0 +1,221 @@
+"""CPU work off the event loop: one bounded pool, a per-tenant share, call deadlines honoured.
+
+Redaction, sizing and embedding are CPU-bound and run in threads. On the shared default
+executor one tenant's large writes queued ahead of everyone else's and ran even after their
+callers had given up (issue 17 item 5). Here every job names its tenant and:
+
+- a tenant holds at most `tenant_share` jobs (running or waiting); one more is refused with
+  RESOURCE_EXHAUSTED `TENANT_BUSY` and a RetryInfo, before anything is queued;
+- a free worker takes the waiting job of the tenant with the fewest jobs running, ties to the
+  tenant served longest ago, so a tenant with nothing running goes next whatever others queued;
+- a job whose call's deadline has passed is never started, and a waiting job whose caller is
+  cancelled (the client gave up, the deadline passed) leaves the queue at once. A job that has
+  started runs to its end (threads cannot be stopped) and keeps its worker and share until then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import grpc
+
+from servicekit.errors import deadline_exceeded, tenant_busy
+from servicekit.settings import Env
+
+T = TypeVar("T")
+
+# The monotonic time by which the current RPC must be answered; None without a deadline.
+deadline_var: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "deadline", default=None
+)
+# Bounds of the RetryInfo delay a refused caller is given.
+MIN_RETRY_SECONDS = 0.05
+MAX_RETRY_SECONDS = 5.0
+
+
+class _CallDeadline:
+    """The default of CpuPool.run's `deadline`: the current RPC's."""
+
+
+CALL_DEADLINE = _CallDeadline()
+
+
+def current_deadline() -> float | None:
+    """The current RPC's deadline on time.monotonic()'s clock (set by the metrics interceptor)."""
+    return deadline_var.get()
+
+
+def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
+    """A call's deadline as a time.monotonic() instant, from its remaining time."""
+    remaining = context.time_remaining()
+    return None if remaining is None else time.monotonic() + remaining
+
+
+@dataclass(frozen=True)
+class CpuSettings:
+    workers: int
+    tenant_share: int
+
+    @classmethod
+    def from_env(cls, env: Env) -> CpuSettings:
+        return cls(
+            workers=env.integer("RATION_CPU_WORKERS", min(4, os.cpu_count() or 1), minimum=1),
+            tenant_share=env.integer("RATION_CPU_TENANT_SHARE", 32, minimum=1),
+        )
+
+
+@dataclass(eq=False)
+class _Job:
+    tenant: str
+    work: Callable[[], Any]
+    deadline: float | None
+    future: asyncio.Future[Any]
+    started: bool = False
+
+
+@dataclass
+class _Tenant:
+    waiting: deque[_Job] = field(default_factory=deque)
+    running: int = 0
+    served: int = -1  # dispatch sequence number of this tenant's last started job
+
+    @property
+    def held(self) -> int:
+        return self.running + len(self.waiting)
+
+
+class CpuPool:
+    """The process's one executor for CPU work; build once at start, `close` at shutdown."""
+
+    def __init__(
+        self,
+        workers: int,
+        tenant_share: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.workers = workers
+        self.tenant_share = tenant_share
+        self._clock = clock
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="ration-cpu")
+        self._tenants: dict[str, _Tenant] = {}
+        self._running = 0
+        self._sequence = 0
+        self._mean_seconds = 0.01  # running mean of job durations, for the RetryInfo delay
+
+    @classmethod
+    def from_settings(cls, settings: CpuSettings) -> CpuPool:
+        return cls(settings.workers, settings.tenant_share)
+
+    def held(self, tenant: str) -> int:
+        """Jobs of `tenant` running or waiting."""
+        state = self._tenants.get(tenant)
+        return 0 if state is None else state.held
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(t.waiting) for t in self._tenants.values())
+
+    async def run(
+        self,
+        tenant: str,
+        fn: Callable[..., T],
+        *args: Any,
+        deadline: float | None | _CallDeadline = CALL_DEADLINE,
+    ) -> T:
+        """`fn(*args)` on a worker thread, in this caller's contextvars, for `tenant`.
+
+        `deadline` (time.monotonic() clock) defaults to the current RPC's; None means none,
+        for work that outlives its caller by design. Raises TENANT_BUSY when the tenant's
+        share is taken and DEADLINE_EXCEEDED when the deadline passes before the job starts.
+        """
+        when = current_deadline() if isinstance(deadline, _CallDeadline) else deadline
+        state = self._tenants.get(tenant)
+        if state is not None and state.held >= self.tenant_share:
+            raise tenant_busy(self.tenant_share, self._retry_seconds(state))
+        if when is not None and when <= self._clock():
+            raise deadline_exceeded()
+        state = self._tenants.setdefault(tenant, _Tenant())
+        context = contextvars.copy_context()
+        job = _Job(
+            tenant,
+            functools.partial(context.run, fn, *args),
+            when,
+            asyncio.get_running_loop().create_future(),
+        )
+        state.waiting.append(job)
+        self._dispatch()
+        try:
+            return await job.future  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            # The caller went away. A waiting job leaves the queue and never runs; a started
+            # one finishes on its thread, its result dropped (its future is cancelled).
+            if job in state.waiting:
+                state.waiting.remove(job)
+                self._forget_if_idle(tenant)
+            raise
+
+    def _retry_seconds(self, state: _Tenant) -> float:
+        """About when one of this tenant's jobs will have finished."""
+        estimate = self._mean_seconds * max(1, state.held) / self.workers
+        return round(min(MAX_RETRY_SECONDS, max(MIN_RETRY_SECONDS, estimate)), 3)
+
+    def _next(self) -> _Tenant | None:
+        ready = [t for t in self._tenants.values() if t.waiting]
+        return min(ready, key=lambda t: (t.running, t.served), default=None)
+
+    def _dispatch(self) -> None:
+        while self._running < self.workers:
+            state = self._next()
+            if state is None:
+                return
+            job = state.waiting.popleft()
+            if job.future.done():  # its caller was cancelled a moment ago: drop it
+                self._forget_if_idle(job.tenant)
+                continue
+            if job.deadline is not None and job.deadline <= self._clock():
+                job.future.set_exception(deadline_exceeded())
+                self._forget_if_idle(job.tenant)
+                continue
+            job.started = True
+            state.running += 1
+            self._running += 1
+            self._sequence += 1
+            state.served = self._sequence
+            started = self._clock()
+            done = asyncio.get_running_loop().run_in_executor(self._executor, job.work)
+            done.add_done_callback(functools.partial(self._finished, job, state, started))
+
+    def _finished(
+        self, job: _Job, state: _Tenant, started: float, done: asyncio.Future[Any]
+    ) -> None:
+        state.running -= 1
+        self._running -= 1
+        self._mean_seconds += (self._clock() - started - self._mean_seconds) * 0.2
+        if job.future.done():  # the caller was cancelled: nobody wants the result
+            pass
+        elif done.cancelled():
+            job.future.cancel()
+        elif (error := done.exception()) is not None:
+            job.future.set_exception(error)
+        else:
+            job.future.set_result(done.result())
+        self._forget_if_idle(job.tenant)
+        self._dispatch()
+
+    def _forget_if_idle(self, tenant: str) -> None:
+        state = self._tenants.get(tenant)
+        if state is not None and state.held == 0:
+            del self._tenants[tenant]
+
+    def close(self) -> None:
+        """Stops taking jobs; threads finish what they started."""
+        self._executor.shutdown(wait=False, cancel_futures=True)

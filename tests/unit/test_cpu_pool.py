@@ -1,0 +1,210 @@
+"""The CPU pool: each tenant's share, fair turns, deadlines and cancellation (issue 17 item 5)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from servicekit.cpu import CpuPool, CpuSettings, deadline_var
+from servicekit.errors import DomainError, ErrorKind, RetryDetail
+from servicekit.settings import Env, SettingsError
+
+
+class Gate:
+    """A job that blocks its worker thread until released, recording that it ran."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.ran = False
+
+    def __call__(self, value: str) -> str:
+        self.ran = True
+        self.entered.set()
+        assert self.release.wait(30), "never released"
+        return value
+
+
+async def entered(gate: Gate) -> None:
+    assert await asyncio.to_thread(gate.entered.wait, 10), "the job never started"
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[CpuPool]:
+    cpu = CpuPool(workers=1, tenant_share=2)
+    yield cpu
+    cpu.close()
+
+
+async def test_a_tenant_beyond_its_share_is_refused_with_retry_info(pool: CpuPool) -> None:
+    first, second = Gate(), Gate()
+    running = asyncio.create_task(pool.run("a", first, "1"))
+    await entered(first)
+    waiting = asyncio.create_task(pool.run("a", second, "2"))
+    await asyncio.sleep(0)
+    assert pool.held("a") == 2
+    third = Gate()
+    with pytest.raises(DomainError) as refused:
+        await pool.run("a", third, "3")
+    error = refused.value
+    assert (error.kind, error.reason, error.metadata) == (
+        ErrorKind.EXHAUSTED,
+        "TENANT_BUSY",
+        {"limit": "2"},
+    )
+    assert isinstance(error.detail, RetryDetail)
+    assert error.detail.delay_seconds > 0
+    assert not third.ran
+    # Another tenant is not affected by a's share.
+    other = Gate()
+    other_task = asyncio.create_task(pool.run("b", other, "b"))
+    await asyncio.sleep(0)
+    assert pool.held("b") == 1
+    for gate in (first, second, other):
+        gate.release.set()
+    assert await asyncio.gather(running, waiting, other_task) == ["1", "2", "b"]
+    assert pool.held("a") == pool.held("b") == 0
+
+
+async def test_a_tenant_with_nothing_running_goes_before_a_busy_tenants_queue() -> None:
+    pool = CpuPool(workers=1, tenant_share=10)
+    try:
+        order: list[str] = []
+        blocker = Gate()
+        first = asyncio.create_task(pool.run("a", blocker, "a0"))
+        await entered(blocker)
+
+        def job(name: str) -> str:
+            order.append(name)
+            return name
+
+        queued_a = [asyncio.create_task(pool.run("a", job, f"a{i}")) for i in range(1, 5)]
+        await asyncio.sleep(0)
+        queued_b = asyncio.create_task(pool.run("b", job, "b"))
+        await asyncio.sleep(0)
+        blocker.release.set()
+        await asyncio.gather(first, queued_b, *queued_a)
+        assert order[0] == "b"  # not behind a's four waiting jobs
+        assert order[1:] == ["a1", "a2", "a3", "a4"]
+    finally:
+        pool.close()
+
+
+async def test_work_whose_deadline_passed_never_starts(pool: CpuPool) -> None:
+    ran: list[str] = []
+
+    def job(name: str) -> str:
+        ran.append(name)
+        return name
+
+    deadline_var.set(time.monotonic() - 0.001)  # the call is already out of time
+    with pytest.raises(DomainError) as late:
+        await pool.run("a", job, "late")
+    assert (late.value.kind, late.value.reason) == (ErrorKind.DEADLINE, "DEADLINE_EXCEEDED")
+
+    # A job queued in time whose deadline passes while it waits is dropped, not started.
+    deadline_var.set(None)
+    blocker = Gate()
+    running = asyncio.create_task(pool.run("a", blocker, "first"))
+    await entered(blocker)
+    waiting = asyncio.create_task(pool.run("b", job, "waited", deadline=time.monotonic() + 0.05))
+    await asyncio.sleep(0.1)
+    blocker.release.set()
+    assert await running == "first"
+    with pytest.raises(DomainError, match="DEADLINE_EXCEEDED"):
+        await waiting
+    assert ran == []
+    assert pool.held("b") == 0
+    # No deadline, or one still ahead, runs.
+    assert await pool.run("a", job, "in time", deadline=time.monotonic() + 30) == "in time"
+    assert ran == ["in time"]
+
+
+async def test_cancelling_a_waiting_job_removes_it_from_the_queue(pool: CpuPool) -> None:
+    blocker, cancelled = Gate(), Gate()
+    running = asyncio.create_task(pool.run("a", blocker, "first"))
+    await entered(blocker)
+    waiting = asyncio.create_task(pool.run("a", cancelled, "never"))
+    await asyncio.sleep(0)
+    assert (pool.held("a"), pool.waiting) == (2, 1)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert (pool.held("a"), pool.waiting) == (1, 0)  # its share is free again at once
+    blocker.release.set()
+    assert await running == "first"
+    cancelled.release.set()
+    assert await pool.run("a", lambda: "after") == "after"
+    assert not cancelled.ran
+
+
+async def test_a_started_job_keeps_its_share_until_its_thread_finishes(pool: CpuPool) -> None:
+    gate = Gate()
+    task = asyncio.create_task(pool.run("a", gate, "x"))
+    await entered(gate)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert pool.held("a") == 1  # the thread still computes for a
+    gate.release.set()
+    for _ in range(100):
+        if pool.held("a") == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert pool.held("a") == 0
+
+
+async def test_a_job_failure_reaches_its_caller_and_frees_the_worker(pool: CpuPool) -> None:
+    def fail() -> None:
+        raise ValueError("bad input")
+
+    with pytest.raises(ValueError, match="bad input"):
+        await pool.run("a", fail)
+    assert await pool.run("a", lambda: 7) == 7
+
+
+async def test_jobs_see_the_callers_context_variables(pool: CpuPool) -> None:
+    deadline_var.set(time.monotonic() + 60)
+    assert await pool.run("a", deadline_var.get) == deadline_var.get()
+
+
+def test_settings_come_from_the_environment() -> None:
+    settings = CpuSettings.from_env(
+        Env({"RATION_CPU_WORKERS": "3", "RATION_CPU_TENANT_SHARE": "5"})
+    )
+    assert (settings.workers, settings.tenant_share) == (3, 5)
+    defaults = CpuSettings.from_env(Env({}))
+    assert 1 <= defaults.workers <= 4
+    assert defaults.tenant_share == 32
+    with pytest.raises(SettingsError, match="RATION_CPU_TENANT_SHARE"):
+        CpuSettings.from_env(Env({"RATION_CPU_TENANT_SHARE": "0"}))
+
+
+async def test_a_job_cancelled_as_a_worker_frees_up_never_runs() -> None:
+    # The worker's completion reaches the loop before the cancelled caller wakes up, so the
+    # pool meets a waiting job whose caller is already gone.
+    pool = CpuPool(workers=1, tenant_share=4)
+    ran: list[int] = []
+    try:
+        for n in range(5):
+            blocker = Gate()
+            running = asyncio.create_task(pool.run("a", blocker, "x"))
+            await entered(blocker)
+            waiting = asyncio.create_task(pool.run("a", ran.append, n))
+            await asyncio.sleep(0)
+            blocker.release.set()
+            time.sleep(0.05)  # noqa: ASYNC251  (holds the loop: the thread finishes first)
+            await asyncio.sleep(0)  # the loop takes the thread's result; the pool's turn is next
+            waiting.cancel()
+            await running
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert pool.held("a") == 0
+        assert ran == []
+        assert await pool.run("a", lambda: "still serving") == "still serving"
+    finally:
+        pool.close()
