@@ -20,8 +20,8 @@ from ration_client.errors import (
     RunFailed,
     RunInterrupted,
     RunNotInterrupted,
-    TooManyStreams,
     TenantBusy,
+    TooManyStreams,
     Unauthenticated,
     Unavailable,
 )

@@ -94,6 +94,11 @@ Resolver = Callable[[str], list[str]]
 
 def resolve_host(host: str) -> list[str]:
     """Every address `host` names (a literal names itself), as getaddrinfo resolves it."""
+    try:
+        ipaddress.ip_address(host.partition("%")[0])
+        return [host]
+    except ValueError:
+        pass  # a name, or a shorthand such as 127.1 that only getaddrinfo reads
     infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
     return sorted({str(info[4][0]) for info in infos})
 
