@@ -88,6 +88,10 @@ class CompactMemory:
     reason: str = ""
 
 
+# Every write command; each is redacted in one pass (write_redaction.py) before anything uses it.
+WriteCommand = AppendEntries | ReviseEntry | ChangeEntryStates | OrganizeMemory | CompactMemory
+
+
 @dataclass(frozen=True)
 class CapacityQuery:
     memory_ref: str

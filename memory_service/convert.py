@@ -55,9 +55,9 @@ _SEARCH_MODES = {
 }
 
 
-def envelope(method: str, request: Message, encode: Callable[[T], bytes]) -> Envelope[T]:
-    """Deterministic request bytes (the idempotency fingerprint) and the response encoder."""
-    return Envelope(method, request.SerializeToString(deterministic=True), encode)
+def envelope(method: str, encode: Callable[[T], bytes]) -> Envelope[T]:
+    """The method (in the idempotency fingerprint, with the redacted command) and the encoder."""
+    return Envelope(method, encode)
 
 
 def _optional(message: Message, field: str) -> Any:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from memory_service.redaction import (
     DETECTOR_NAMES,
     Secret,
+    SecretBesideMarker,
     marker,
     redact,
     validate_secrets,
@@ -135,7 +136,7 @@ def test_aws_secret_key_in_assignment_keeps_the_name(text: str) -> None:
         "sk-learn-compatible-estimators-are-great",
         "https://example.com:8080/path and http://user@host/x",
         "the task-runner asked AKIAfoo about eyJ.things.here",
-        f"a bare 40-char value {AWS_SECRET} without a name",
+        f"a 40-char hex digest {'a1b2c3d4e5' * 4} without a name",
         "ghp_short sk_live_short xoxb-1",
         "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
     ],
@@ -158,6 +159,15 @@ def test_detector_names_are_stable() -> None:
         "slack_token",
         "aws_access_key_id",
         "aws_secret_access_key",
+        "aws_session_token",
+        "slack_webhook",
+        "google_api_key",
+        "huggingface_token",
+        "groq_api_key",
+        "xai_api_key",
+        "azure_api_key",
+        "authorization_header",
+        "password",
     }
 
 
@@ -178,11 +188,30 @@ def test_overlapping_secrets_are_replaced_longest_first() -> None:
 
 
 def test_markers_are_never_matched_again() -> None:
-    # The second secret's value is literally the first one's marker.
-    secrets = [("a", "1234567890abcdef"), ("b", "[REDACTED:a]")]
-    result = redact("token 1234567890abcdef", secrets)
-    assert result.text == "token [REDACTED:a]"
+    # The second secret's value is the first one's marker and what follows it in the text.
+    secrets = [("a", "1234567890abcdef"), ("b", "[REDACTED:a] end")]
+    result = redact("token 1234567890abcdef tail", secrets)
+    assert result.text == "token [REDACTED:a] tail"
     assert result.counts == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("secrets", "text"),
+    [
+        # The value is literally the other secret's marker: storing it would store the value.
+        ([("a", "1234567890abcdef"), ("b", "[REDACTED:a]")], "token 1234567890abcdef"),
+        # Or inside every marker.
+        ([("a", "1234567890abcdef"), ("b", "REDACTED")], "token 1234567890abcdef"),
+        # Or formed by the text before a marker and the marker's first character.
+        ([("a", "1234567890abcdef"), ("b", "password[")], "password1234567890abcdef"),
+    ],
+)
+def test_a_secret_that_would_reappear_beside_a_marker_is_refused(
+    secrets: list[tuple[str, str]], text: str
+) -> None:
+    with pytest.raises(SecretBesideMarker) as raised:
+        redact(text, secrets)
+    assert raised.value.secret_id == "b"
 
 
 def test_detectors_do_not_match_inside_markers() -> None:
