@@ -52,7 +52,7 @@ class MemoryCompaction:
         self, identity: Identity, command: CompactMemory, envelope: Envelope[CompactResult]
     ) -> bytes:
         identity.require("reader" if command.dry_run else "admin")
-        raise_if(validate_compact(command))
+        raise_if(validate_compact(command, self._path.policy.limits))
         # One reason of at most MAX_REASON_CHARS: cheap enough to redact on the event loop.
         redacted = redact_write(command)
         command = redacted.command

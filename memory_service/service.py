@@ -171,7 +171,7 @@ class MemoryWrites:
         """ForgetEntries (active=False) or ReactivateEntries (active=True); entries already in
         the target state are no-ops, and a call where all are creates no revision."""
         identity.require("writer")
-        raise_if(validate_state_change(command))
+        raise_if(validate_state_change(command, self._path.policy.limits))
         # At most one reason of MAX_REASON_CHARS: cheap enough to redact on the event loop.
         redacted = redact_write(command)
         reason = redacted.command.reason

@@ -245,12 +245,24 @@ def validate_revise(
     return found
 
 
-def validate_state_change(command: ChangeEntryStates) -> list[FieldViolation]:
+def _reason_and_secrets(
+    target: WriteTarget, reason: str, secrets: Sequence[Secret], limits: InputLimits
+) -> list[FieldViolation]:
+    """What a write whose only caller text is its reason must also pass."""
+    found = _reason(reason)
+    found.extend(_secrets(secrets))
+    found.extend(_text_total([reason], "reason", secrets, limits))
+    ids = [("request_id", target.request_id), ("memory_ref", target.memory_ref)]
+    found.extend(_identifiers(ids, secrets))
+    return found
+
+
+def validate_state_change(command: ChangeEntryStates, limits: InputLimits) -> list[FieldViolation]:
     found = _target(command.target)
     if not 1 <= len(command.entry_ids) <= MAX_ENTRY_IDS:
         found.append(FieldViolation("entry_ids", f"must hold 1..{MAX_ENTRY_IDS} ids"))
     found.extend(_entry_ids(command.entry_ids, "entry_ids"))
-    found.extend(_reason(command.reason))
+    found.extend(_reason_and_secrets(command.target, command.reason, command.secrets, limits))
     return found
 
 
@@ -261,7 +273,7 @@ def validate_organize(command: OrganizeMemory) -> list[FieldViolation]:
     return found
 
 
-def validate_compact(command: CompactMemory) -> list[FieldViolation]:
+def validate_compact(command: CompactMemory, limits: InputLimits) -> list[FieldViolation]:
     # A dry run writes nothing, so it needs no idempotency key.
     found = _target(command.target, request_id_required=not command.dry_run)
     if not command.dry_run and command.target.expected_revision is None:
@@ -270,5 +282,5 @@ def validate_compact(command: CompactMemory) -> list[FieldViolation]:
         )
     if command.limit < 0:
         found.append(FieldViolation("limit", "must be >= 0 (0 = no limit)"))
-    found.extend(_reason(command.reason))
+    found.extend(_reason_and_secrets(command.target, command.reason, command.secrets, limits))
     return found

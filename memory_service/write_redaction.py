@@ -110,7 +110,7 @@ def _rewrite(command: WriteCommand, clean: _Cleaner) -> WriteCommand:
             reason=clean(command.reason),
         )
     if isinstance(command, ChangeEntryStates | CompactMemory):
-        return replace(command, reason=clean(command.reason))
+        return replace(command, reason=clean(command.reason), secrets=_ids_only(command.secrets))
     return command  # OrganizeMemory carries no caller text
 
 

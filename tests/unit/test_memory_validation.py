@@ -87,9 +87,9 @@ def test_revise_checks_the_target_id_and_the_new_content() -> None:
 
 
 def test_state_changes_need_well_formed_unique_ids() -> None:
-    assert fields(validate_state_change(ChangeEntryStates(TARGET, ()))) == ["entry_ids"]
+    assert fields(validate_state_change(ChangeEntryStates(TARGET, ()), LIMITS)) == ["entry_ids"]
     twice = ChangeEntryStates(TARGET, (ENTRY_ID, ENTRY_ID, "mem_ent_x"))
-    assert fields(validate_state_change(twice)) == ["entry_ids[1]", "entry_ids[2]"]
+    assert fields(validate_state_change(twice, LIMITS)) == ["entry_ids[1]", "entry_ids[2]"]
 
 
 def test_organize_needs_a_known_mode() -> None:
@@ -98,9 +98,11 @@ def test_organize_needs_a_known_mode() -> None:
 
 
 def test_a_real_compaction_needs_the_previewed_head_and_a_dry_run_needs_no_request_id() -> None:
-    assert fields(validate_compact(CompactMemory(TARGET, dry_run=False))) == ["expected_revision"]
+    assert fields(validate_compact(CompactMemory(TARGET, dry_run=False), LIMITS)) == [
+        "expected_revision"
+    ]
     preview = CompactMemory(WriteTarget("", "team/memory"), dry_run=True, limit=-1)
-    assert fields(validate_compact(preview)) == ["limit"]
+    assert fields(validate_compact(preview, LIMITS)) == ["limit"]
 
 
 SECRET = Secret("vault", "0123abcd-secret")
