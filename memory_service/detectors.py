@@ -22,6 +22,9 @@ class Detector:
 
     name: str
     pattern: re.Pattern[str]
+    # Lower-case literals of which a match holds at least one: a text holding none is skipped
+    # without running the pattern (empty: always run).
+    hints: tuple[str, ...] = ()
 
 
 # A marker already in the text (a caller pasting back what a read returned) is not a value.
@@ -49,6 +52,7 @@ DETECTORS: tuple[Detector, ...] = (
             r"(?:.*?-{4,5}[ \t]{0,8}END[ A-Z0-9]{0,40}PRIVATE KEY(?: BLOCK)?[ \t]{0,8}-{4,5}|.*\Z)",
             re.DOTALL,
         ),
+        hints=("private key",),
     ),
     # scheme://user:password@host -> scheme://user:[REDACTED:...]@host. Inside the authority the
     # greedy password backs off to its last `@` (an unencoded `@` in a password is covered);
@@ -58,9 +62,12 @@ DETECTORS: tuple[Detector, ...] = (
         "connection_string_password",
         re.compile(
             r"(?<![A-Za-z0-9+.-])[A-Za-z][A-Za-z0-9+.-]{0,31}://[^\s:/?#@\[\]]{0,256}:"
+            # Either way an `@` follows within the token: checked first, in one linear scan.
+            r"(?=[^\s@]{0,512}@)"
             r"(?P<secret>[^\s/?#]{1,512}(?=@)"
             r"|(?![0-9]{1,5}(?:[/?#\s]|\Z))\S{1,512}?(?=@" + _HOST + r"(?:[/?#\s,;'\")\]]|\Z)))"
         ),
+        hints=("://",),
     ),
     # Slack incoming webhooks and workflow triggers: the path is the credential.
     Detector(
@@ -68,43 +75,59 @@ DETECTORS: tuple[Detector, ...] = (
         re.compile(
             r"(?i:hooks\.slack\.com)/(?P<secret>(?:services|workflows|triggers)/[A-Za-z0-9_/-]{16,256})"
         ),
+        hints=("hooks.slack.com",),
     ),
     Detector(
         "jwt",
         re.compile(rf"(?<!{_B64URL})eyJ{_B64URL}{{10,}}\.{_B64URL}{{2,}}\.{_B64URL}*"),
+        hints=("eyj",),
     ),
     # Provider keys must contain a digit: real keys always do in practice, while hyphenated
     # words such as "sk-learn-compatible-estimators" do not. Any case: "SK-PROJ-..." leaks too.
     Detector(
         "anthropic_api_key",
         re.compile(rf"(?<!{_B64URL})(?i:sk-ant-)(?=[A-Za-z_-]{{0,256}}[0-9]){_B64URL}{{20,}}"),
+        hints=("sk-ant-",),
     ),
     Detector(
         "openai_api_key",
         re.compile(rf"(?<!{_B64URL})(?i:sk-)(?=[A-Za-z_-]{{0,256}}[0-9]){_B64URL}{{20,}}"),
+        hints=("sk-",),
     ),
-    Detector("google_api_key", re.compile(rf"(?<!{_B64URL})AIza{_B64URL}{{35}}(?!{_B64URL})")),
-    Detector("huggingface_token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}")),
-    Detector("groq_api_key", re.compile(r"(?<![A-Za-z0-9_])gsk_[A-Za-z0-9]{40,}")),
-    Detector("xai_api_key", re.compile(r"(?<![A-Za-z0-9_-])xai-[A-Za-z0-9]{40,}")),
+    Detector(
+        "google_api_key",
+        re.compile(rf"(?<!{_B64URL})AIza{_B64URL}{{35}}(?!{_B64URL})"),
+        hints=("aiza",),
+    ),
+    Detector(
+        "huggingface_token", re.compile(r"(?<![A-Za-z0-9_])hf_[A-Za-z0-9]{30,}"), hints=("hf_",)
+    ),
+    Detector("groq_api_key", re.compile(r"(?<![A-Za-z0-9_])gsk_[A-Za-z0-9]{40,}"), hints=("gsk_",)),
+    Detector("xai_api_key", re.compile(r"(?<![A-Za-z0-9_-])xai-[A-Za-z0-9]{40,}"), hints=("xai-",)),
     Detector(
         "stripe_key",
         re.compile(r"(?<![A-Za-z0-9_])(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
+        hints=("_live_", "_test_"),
     ),
     Detector(
         "github_token",
         re.compile(r"(?<![A-Za-z0-9_])(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{22,})"),
+        hints=("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
     ),
-    Detector("slack_token", re.compile(r"(?<![A-Za-z0-9_-])xox[abprs]-[A-Za-z0-9-]{10,}")),
+    Detector(
+        "slack_token", re.compile(r"(?<![A-Za-z0-9_-])xox[abprs]-[A-Za-z0-9-]{10,}"), hints=("xox",)
+    ),
     Detector(
         "aws_access_key_id",
         re.compile(r"(?<![A-Za-z0-9])(?:AKIA|ASIA)[A-Z0-9]{16}(?![A-Za-z0-9])"),
+        hints=("akia", "asia"),
     ),
     Detector(
         "aws_session_token",
         re.compile(
             r"(?i:(?:aws[_-]?)?session[_-]?token)" + _ASSIGN + r"(?P<secret>[A-Za-z0-9/+=]{16,})"
         ),
+        hints=("token",),
     ),
     # A secret key is 40 base64 characters: the value of an assignment to a recognisable name
     # (env, ini, JSON, YAML, Ruby hash), or a bare run of exactly 40 that mixes upper case,
@@ -127,6 +150,7 @@ DETECTORS: tuple[Detector, ...] = (
             + _ASSIGN
             + r"(?P<secret>[0-9A-Fa-f]{32})(?![0-9A-Za-z])"
         ),
+        hints=("key",),
     ),
     # `Authorization: Bearer <token>` / `Basic <base64>` (also Proxy-Authorization).
     Detector(
@@ -135,6 +159,7 @@ DETECTORS: tuple[Detector, ...] = (
             r"(?i:authorization)" + _ASSIGN + r"(?i:bearer|basic|token)[ \t]{1,16}"
             rf"{_NOT_MARKER}(?P<secret>[A-Za-z0-9._~+/=:-]{{4,}})"
         ),
+        hints=("authorization",),
     ),
     # password=… (libpq keyword strings, JDBC and URL query strings, .NET connection strings,
     # env files), password: … (YAML, prose). `pwd` only with `=`: `pwd: /home/me` is a path.
@@ -146,6 +171,7 @@ DETECTORS: tuple[Detector, ...] = (
             + r"|(?<![A-Za-z0-9_.-])pwd[ \t]{0,16}=[ \t]{0,16})"
             + _VALUE
         ),
+        hints=("pass", "pwd"),
     ),
 )
 

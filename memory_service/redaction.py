@@ -25,7 +25,15 @@ from typing import NamedTuple
 from memory_service.detectors import DETECTOR_NAMES, DETECTORS, secret_span
 from servicekit.errors import FieldViolation
 
-__all__ = ["DETECTOR_NAMES", "Redacted", "Secret", "SecretBesideMarker", "marker", "redact"]
+__all__ = [
+    "DETECTOR_NAMES",
+    "Redacted",
+    "Redactor",
+    "Secret",
+    "SecretBesideMarker",
+    "marker",
+    "redact",
+]
 
 MIN_SECRET_CHARS = 8
 MAX_SECRETS = 64
@@ -93,9 +101,9 @@ def validate_secrets(
 ) -> list[FieldViolation]:
     """Violations for too many secrets, bad or duplicate ids and short or long values;
     descriptions never hold values."""
+    if len(secrets) > MAX_SECRETS:  # refused before any of them costs work
+        return [FieldViolation(field, f"at most {MAX_SECRETS} secrets per request")]
     found: list[FieldViolation] = []
-    if len(secrets) > MAX_SECRETS:
-        found.append(FieldViolation(field, f"at most {MAX_SECRETS} secrets per request"))
     first_index: dict[str, int] = {}
     for index, (secret_id, value) in enumerate(secrets):
         if _SECRET_ID.fullmatch(secret_id) is None:
@@ -212,36 +220,50 @@ def _rebuild(text: str, origin: list[int] | None, runs: list[_Run]) -> str:
     return "".join(parts)
 
 
-def redact(text: str, secrets: Sequence[tuple[str, str]] = ()) -> Redacted:
-    """Replace request secrets (longest first), then built-in detector matches, with markers.
+class Redactor:
+    """Redacts texts with one request's secrets (validated and prepared once) and the
+    built-in detectors."""
 
-    Secrets must pass `validate_secrets`; an invalid set raises ValueError rather than redact
-    with, say, an empty value. Counts only list names that replaced something; a secret id that
-    equals a detector name shares its count. Raises SecretBesideMarker when a secret's value
-    would reappear across a marker.
-    """
-    if validate_secrets(secrets):
-        raise ValueError("invalid secrets; call validate_secrets first")
-    if not text:
-        return Redacted(text, {})
-    view, origin = matching_view(text)
-    runs: list[_Run] = [(0, len(view), None)] if view else []
-    counts: dict[str, int] = {}
-    wanted = needles(secrets)
-    for needle, secret_id in wanted:
-        runs, replaced = _replace_secret(view, runs, needle, secret_id)
-        if replaced:
-            counts[secret_id] = counts.get(secret_id, 0) + replaced
-    for detector in DETECTORS:
-        runs, replaced = _apply_detector(view, runs, detector.name, detector.pattern)
-        if replaced:
-            counts[detector.name] = counts.get(detector.name, 0) + replaced
-    if not counts:
-        return Redacted(text, counts)
-    result = _rebuild(text, origin, runs)
-    if wanted:
-        result_view = matching_view(result)[0]
-        for needle, secret_id in wanted:
-            if needle in result_view:
-                raise SecretBesideMarker(secret_id)
-    return Redacted(result, counts)
+    def __init__(self, secrets: Sequence[tuple[str, str]] = ()) -> None:
+        if validate_secrets(secrets):
+            raise ValueError("invalid secrets; call validate_secrets first")
+        self._needles = needles(secrets)
+
+    def redact(self, text: str) -> Redacted:
+        """Replace request secrets (longest first), then built-in detector matches, with
+        markers. Counts only list names that replaced something; a secret id that equals a
+        detector name shares its count. Raises SecretBesideMarker when a secret's value would
+        reappear across a marker."""
+        if not text:
+            return Redacted(text, {})
+        view, origin = matching_view(text)
+        runs: list[_Run] = [(0, len(view), None)] if view else []
+        counts: dict[str, int] = {}
+        for needle, secret_id in self._needles:
+            if needle not in view:
+                continue
+            runs, replaced = _replace_secret(view, runs, needle, secret_id)
+            if replaced:
+                counts[secret_id] = counts.get(secret_id, 0) + replaced
+        lowered = view.lower()
+        for detector in DETECTORS:
+            if detector.hints and not any(hint in lowered for hint in detector.hints):
+                continue
+            runs, replaced = _apply_detector(view, runs, detector.name, detector.pattern)
+            if replaced:
+                counts[detector.name] = counts.get(detector.name, 0) + replaced
+        if not counts:
+            return Redacted(text, counts)
+        result = _rebuild(text, origin, runs)
+        if self._needles:
+            result_view = matching_view(result)[0]
+            for needle, secret_id in self._needles:
+                if needle in result_view:
+                    raise SecretBesideMarker(secret_id)
+        return Redacted(result, counts)
+
+
+def redact(text: str, secrets: Sequence[tuple[str, str]] = ()) -> Redacted:
+    """One text redacted with `secrets` (which must pass `validate_secrets`; an invalid set
+    raises ValueError rather than redact with, say, an empty value)."""
+    return Redactor(secrets).redact(text)

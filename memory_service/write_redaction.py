@@ -19,7 +19,7 @@ from memory_service.commands import (
     ReviseEntry,
     WriteCommand,
 )
-from memory_service.redaction import DETECTOR_NAMES, Secret, SecretBesideMarker, redact
+from memory_service.redaction import DETECTOR_NAMES, Redactor, Secret, SecretBesideMarker
 from servicekit.errors import FieldViolation, validation_error
 
 # Secret ids are caller-chosen, so metrics never use them as labels (DESIGN 7).
@@ -46,13 +46,13 @@ class RedactedWrite(Generic[W]):
 
 class _Cleaner:
     def __init__(self, secrets: tuple[Secret, ...]) -> None:
-        self._pairs = [(s.secret_id, s.value) for s in secrets]
+        self._redactor = Redactor([(s.secret_id, s.value) for s in secrets])
         self._index = {s.secret_id: i for i, s in enumerate(secrets)}
         self.counts: Counter[str] = Counter()
 
     def __call__(self, text: str) -> str:
         try:
-            result = redact(text, self._pairs)
+            result = self._redactor.redact(text)
         except SecretBesideMarker as error:
             field = f"secrets[{self._index[error.secret_id]}].value"
             raise validation_error(
