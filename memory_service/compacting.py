@@ -80,6 +80,7 @@ class MemoryCompaction:
             metrics.compacted_entries.inc(len(outcome.entry_ids))
             if outcome.entry_ids:
                 metrics.committed(Operation.COMPACT, outcome.capacity.usage.manifest_bytes)
+                metrics.redacted(redacted.by_detector)
 
         return await self._path.run(identity, redacted, envelope, work, count)
 

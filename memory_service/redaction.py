@@ -19,7 +19,6 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 from memory_service.detectors import DETECTOR_NAMES, DETECTORS, secret_span
@@ -73,27 +72,36 @@ def marker(label: str) -> str:
     return f"[REDACTED:{label}]"
 
 
-@lru_cache(maxsize=4096)
-def _decomposed(char: str) -> str:
-    return unicodedata.normalize("NFKD", char)
+class _ViewTable(dict[int, "str | None"]):
+    """str.translate table from a code point to its view: its NFKD form, or None (removed)
+    for an invisible one. Filled on first use, up to a bound (the rest are computed per use)."""
+
+    LIMIT = 65536
+
+    def __missing__(self, code: int) -> str | None:
+        char = chr(code)
+        form = None if _INVISIBLE.fullmatch(char) else unicodedata.normalize("NFKD", char)
+        if len(self) < self.LIMIT:
+            self[code] = form
+        return form
 
 
-def matching_view(text: str) -> tuple[str, list[int] | None]:
-    """The view detectors and secrets are matched on, and for each of its characters the index
-    of the original character it came from (None: the view is the text itself)."""
-    if text.isascii() or (
-        _INVISIBLE.search(text) is None and unicodedata.is_normalized("NFKD", text)
-    ):
-        return text, None
-    parts: list[str] = []
+_VIEW = _ViewTable()
+
+
+def view_of(text: str) -> str:
+    """The view detectors and secrets are matched on."""
+    return text if text.isascii() else text.translate(_VIEW)
+
+
+def _origins(text: str) -> list[int]:
+    """For each character of the view of `text`, the index of the character it came from."""
     origin: list[int] = []
     for index, char in enumerate(text):
-        if _INVISIBLE.fullmatch(char):
-            continue
-        form = char if char.isascii() else _decomposed(char)
-        parts.append(form)
-        origin.extend([index] * len(form))
-    return "".join(parts), origin
+        form = _VIEW[ord(char)]
+        if form:
+            origin.extend([index] * len(form))
+    return origin
 
 
 def validate_secrets(
@@ -129,7 +137,7 @@ def validate_secrets(
                     f"must be at most {MAX_SECRET_VALUE_CHARS} characters",
                 )
             )
-        elif len(matching_view(value)[0]) < MIN_SECRET_CHARS:
+        elif len(view_of(value)) < MIN_SECRET_CHARS:
             found.append(
                 FieldViolation(
                     f"{field}[{index}].value",
@@ -141,15 +149,15 @@ def validate_secrets(
 
 def needles(secrets: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     """(view of the value, secret_id) pairs, longest first, ties by secret id."""
-    pairs = {(matching_view(value)[0], secret_id) for secret_id, value in secrets}
+    pairs = {(view_of(value), secret_id) for secret_id, value in secrets}
     return sorted(pairs, key=lambda pair: (-len(pair[0]), pair[1], pair[0]))
 
 
-def find_secret(text: str, secrets: Sequence[tuple[str, str]]) -> int | None:
-    """The index of the first request secret whose value occurs in `text` in any form."""
-    view = matching_view(text)[0]
-    for index, (_, value) in enumerate(secrets):
-        if matching_view(value)[0] in view:
+def find_secret(text: str, views: Sequence[str]) -> int | None:
+    """The index of the first secret value view (see `view_of`) in `text`, in any form."""
+    view = view_of(text)
+    for index, value in enumerate(views):
+        if value in view:
             return index
     return None
 
@@ -236,7 +244,7 @@ class Redactor:
         reappear across a marker."""
         if not text:
             return Redacted(text, {})
-        view, origin = matching_view(text)
+        view = view_of(text)
         runs: list[_Run] = [(0, len(view), None)] if view else []
         counts: dict[str, int] = {}
         for needle, secret_id in self._needles:
@@ -254,9 +262,9 @@ class Redactor:
                 counts[detector.name] = counts.get(detector.name, 0) + replaced
         if not counts:
             return Redacted(text, counts)
-        result = _rebuild(text, origin, runs)
+        result = _rebuild(text, None if view == text else _origins(text), runs)
         if self._needles:
-            result_view = matching_view(result)[0]
+            result_view = view_of(result)
             for needle, secret_id in self._needles:
                 if needle in result_view:
                     raise SecretBesideMarker(secret_id)

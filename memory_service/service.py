@@ -191,6 +191,8 @@ class MemoryWrites:
 
         def count(outcome: WriteResult) -> None:
             self._path.committed(outcome, operation)
+            if outcome.changes:  # the redacted reason was stored
+                self._path.metrics.redacted(redacted.by_detector)
 
         return await self._path.run(identity, redacted, envelope, work, count)
 

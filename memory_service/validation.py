@@ -16,7 +16,7 @@ from memory_service.commands import (
     WriteTarget,
 )
 from memory_service.ids import is_entry_id, validate_memory_ref
-from memory_service.redaction import Secret, find_secret, validate_secrets
+from memory_service.redaction import Secret, find_secret, validate_secrets, view_of
 from servicekit.errors import FieldViolation, validation_error
 
 MAX_REQUEST_ID_CHARS = 128
@@ -171,10 +171,10 @@ def _identifiers(
     form) is refused rather than redacted; the violation names the secret, not its value."""
     if not secrets or validate_secrets([(s.secret_id, s.value) for s in secrets]):
         return []  # bad secrets are reported by _secrets
-    pairs = [(s.secret_id, s.value) for s in secrets]
+    views = [view_of(s.value) for s in secrets]
     found = []
     for field, identifier in identifiers:
-        index = find_secret(identifier, pairs) if identifier else None
+        index = find_secret(identifier, views) if identifier else None
         if index is not None:
             found.append(FieldViolation(field, f"must not contain the value of secrets[{index}]"))
     return found

@@ -7,6 +7,7 @@ import functools
 import gzip
 import hashlib
 import unicodedata
+import urllib.request
 import uuid
 from collections.abc import Awaitable, Iterable
 from typing import Any
@@ -32,6 +33,12 @@ MEMORY_TABLES = (
     "manifest_items",
     "request_log",
 )
+
+
+def scrape(port: int) -> str:
+    """The /metrics text of a server (served from its own thread, so a blocking read is fine)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        return str(reply.read().decode())
 
 
 def request_id() -> str:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import re
 import unicodedata
-import urllib.request
 from collections.abc import Awaitable, Iterable, Iterator
 from typing import Any
 
@@ -17,7 +16,7 @@ import grpc
 import pytest
 from conftest import StartServer
 from google.protobuf.message import Message
-from memory_support import MEMORY_TABLES, Memory, entry, pb, request_id
+from memory_support import MEMORY_TABLES, Memory, entry, pb, request_id, scrape
 
 from ration.memory.v1 import memory_pb2
 from servicekit.logs import JsonFormatter
@@ -267,11 +266,6 @@ def debug_logs() -> Iterator[JsonLines]:
     yield handler
     root.removeHandler(handler)
     root.setLevel(level)
-
-
-def scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
-        return str(reply.read().decode())
 
 
 async def test_no_secret_shape_is_stored_logged_exposed_or_echoed_anywhere(

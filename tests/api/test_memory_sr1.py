@@ -8,7 +8,7 @@ import grpc
 import numpy as np
 from conftest import StartServer
 from google.rpc import error_details_pb2
-from memory_support import MEMORY_TABLES, Memory, entry, row_counts, rpc_error
+from memory_support import MEMORY_TABLES, Memory, entry, row_counts, rpc_error, scrape
 
 from memory_service.embedding import Embedder, from_bytes
 from ration.memory.v1 import memory_pb2 as m
@@ -151,6 +151,10 @@ async def test_every_reason_and_metadata_key_is_redacted_where_it_is_stored_and_
             c.reason for r in range(1, compacted.revision + 1) for c in await memory.changes(r)
         ]
         assert all(RUN_SECRET not in r and GITHUB not in r for r in history)
+    metrics = scrape(runner.metrics_port)
+    # Metadata keys, the revise reason and the reasons of forget, reactivate and compact.
+    assert 'ration_memory_redactions_total{detector="github_token"} 4.0' in metrics
+    assert 'ration_memory_redactions_total{detector="request_secret"} 2.0' in metrics
     await assert_no_secret_stored(db, [RUN_SECRET, GITHUB])
 
 

@@ -15,6 +15,7 @@ from memory_service.redaction import (
     marker,
     redact,
     validate_secrets,
+    view_of,
 )
 
 # Fake credentials are assembled at runtime so that secret scanners do not flag this file.
@@ -280,3 +281,27 @@ def test_no_secret_value_survives(values: list[str], layout: list[tuple[int, str
         assert value not in result.text
     assert sum(result.counts.values()) == len(layout)
     assert set(result.counts) <= {secret_id for secret_id, _ in secrets}
+
+
+def disguise(value: str, data: st.DataObject) -> str:
+    """`value` with some letters full-width and invisible characters slipped in."""
+    out = []
+    for char in value:
+        if data.draw(st.booleans()):
+            char = chr(ord(char) + 0xFEE0)  # the full-width form of an ASCII letter
+        out.append(char)
+        out.append(data.draw(st.sampled_from(["", "", "\u200b", "\u200d", "\u00ad", "\ufeff"])))
+    return "".join(out)
+
+
+@given(st.lists(letters, min_size=1, max_size=3, unique=True), st.data())
+def test_no_disguised_form_of_a_secret_survives(values: list[str], data: st.DataObject) -> None:
+    values = [v for v in values if not any(v != w and v in w for w in values)]
+    secrets = [(f"s{index}", value) for index, value in enumerate(values)]
+    parts = [disguise(values[i % len(values)], data) for i in range(data.draw(st.integers(1, 6)))]
+    fillers = data.draw(st.lists(st.text("0123456789 \u3042", max_size=5), min_size=len(parts)))
+    text = "".join(p + f for p, f in zip(parts, fillers, strict=False))
+    result = redact(text, secrets)
+    for value in values:
+        assert value not in view_of(result.text)
+    assert sum(result.counts.values()) == len(parts)
