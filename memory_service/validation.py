@@ -246,13 +246,18 @@ def validate_revise(
 
 
 def _reason_and_secrets(
-    target: WriteTarget, reason: str, secrets: Sequence[Secret], limits: InputLimits
+    target: WriteTarget,
+    reason: str,
+    secrets: Sequence[Secret],
+    limits: InputLimits,
+    entry_ids: Sequence[str] = (),
 ) -> list[FieldViolation]:
     """What a write whose only caller text is its reason must also pass."""
     found = _reason(reason)
     found.extend(_secrets(secrets))
     found.extend(_text_total([reason], "reason", secrets, limits))
     ids = [("request_id", target.request_id), ("memory_ref", target.memory_ref)]
+    ids.extend((f"entry_ids[{i}]", entry_id) for i, entry_id in enumerate(entry_ids))
     found.extend(_identifiers(ids, secrets))
     return found
 
@@ -262,7 +267,11 @@ def validate_state_change(command: ChangeEntryStates, limits: InputLimits) -> li
     if not 1 <= len(command.entry_ids) <= MAX_ENTRY_IDS:
         found.append(FieldViolation("entry_ids", f"must hold 1..{MAX_ENTRY_IDS} ids"))
     found.extend(_entry_ids(command.entry_ids, "entry_ids"))
-    found.extend(_reason_and_secrets(command.target, command.reason, command.secrets, limits))
+    found.extend(
+        _reason_and_secrets(
+            command.target, command.reason, command.secrets, limits, command.entry_ids
+        )
+    )
     return found
 
 

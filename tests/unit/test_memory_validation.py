@@ -166,3 +166,16 @@ def test_the_total_text_of_a_request_is_capped() -> None:
     ]
     revise = ReviseEntry(TARGET, ENTRY_ID, EntryDraft("c" * 4096), secrets, reason="r" * 100)
     assert fields(validate_revise(revise, BIG, NOW)) == ["entry"]
+
+
+def test_forget_and_compact_check_their_secrets_and_identifiers() -> None:
+    hex_secret = Secret("hex", "0123abcd0123abcd")
+    forget = ChangeEntryStates(
+        WriteTarget("req-1", "m"), (ENTRY_ID, "mem_ent_" + "0123abcd" * 4), "r", (hex_secret,)
+    )
+    assert fields(validate_state_change(forget, LIMITS)) == ["entry_ids[1]"]
+    target = WriteTarget(f"req-{SECRET.value}", "m", 3)
+    compact = CompactMemory(target, dry_run=False, secrets=(SECRET,))
+    assert fields(validate_compact(compact, LIMITS)) == ["request_id"]
+    twice = CompactMemory(WriteTarget("req-1", "m", 3), dry_run=False, secrets=(SECRET, SECRET))
+    assert fields(validate_compact(twice, LIMITS)) == ["secrets[1].secret_id"]
