@@ -3,6 +3,8 @@ markers, and the fingerprint holds no secret value."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -138,3 +140,14 @@ def test_tags_equal_once_redacted_become_one() -> None:
     draft = EntryDraft("x", tags=(f"t-{GITHUB}", f"t-{GITHUB[:-1]}Z", "plain"))
     (entry,) = redact_write(append(draft)).command.entries
     assert entry.tags == ("t-[REDACTED:github_token]", "plain")
+
+
+def test_the_fingerprint_is_canonical_json_of_the_command() -> None:
+    one = append(EntryDraft("x", metadata={"a": "1", "b": "2"}, tags=("t",)))
+    other = append(EntryDraft("x", metadata={"b": "2", "a": "1"}, tags=("t",)))
+    data = redact_write(one).fingerprint
+    assert data == redact_write(other).fingerprint
+    document = json.loads(data)
+    assert document["type"] == "AppendEntries"
+    assert document["command"]["entries"][0]["metadata"] == {"a": "1", "b": "2"}
+    assert data == json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
