@@ -103,7 +103,9 @@ def factory(settings: MemorySettings) -> AppFactory:
     except TokenizerUnavailable as error:
         raise SettingsError(f"the memory service cannot start: {error}") from None
     embedder = load_embedder(settings)
-    limits = InputLimits(settings.max_entry_size_bytes, settings.max_batch_entries)
+    limits = InputLimits(
+        settings.max_entry_size_bytes, settings.max_batch_entries, settings.max_request_text_bytes
+    )
     capabilities = MemoryCapabilities.from_settings(
         settings,
         injection_budget=True,

@@ -71,6 +71,7 @@ class ChangeEntryStates:
     target: WriteTarget
     entry_ids: tuple[str, ...]
     reason: str = ""
+    secrets: tuple[Secret, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,11 @@ class CompactMemory:
     dry_run: bool
     limit: int = 0  # 0 = no limit
     reason: str = ""
+    secrets: tuple[Secret, ...] = ()
+
+
+# Every write command; each is redacted in one pass (write_redaction.py) before anything uses it.
+WriteCommand = AppendEntries | ReviseEntry | ChangeEntryStates | OrganizeMemory | CompactMemory
 
 
 @dataclass(frozen=True)

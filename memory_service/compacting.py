@@ -16,6 +16,7 @@ from memory_service.store import MemoryKey
 from memory_service.tenancy import for_tenant
 from memory_service.validation import raise_if, validate_compact
 from memory_service.write_path import Envelope, WritePath
+from memory_service.write_redaction import redact_write
 from servicekit.auth import Identity
 
 
@@ -51,7 +52,10 @@ class MemoryCompaction:
         self, identity: Identity, command: CompactMemory, envelope: Envelope[CompactResult]
     ) -> bytes:
         identity.require("reader" if command.dry_run else "admin")
-        raise_if(validate_compact(command))
+        raise_if(validate_compact(command, self._path.policy.limits))
+        # One reason of at most MAX_REASON_CHARS: cheap enough to redact on the event loop.
+        redacted = redact_write(command)
+        command = redacted.command
         if command.dry_run:
             return envelope.encode(await self._preview(identity, command))
         if not self._path.policy.compaction.enabled:
@@ -76,8 +80,9 @@ class MemoryCompaction:
             metrics.compacted_entries.inc(len(outcome.entry_ids))
             if outcome.entry_ids:
                 metrics.committed(Operation.COMPACT, outcome.capacity.usage.manifest_bytes)
+                metrics.redacted(redacted.by_detector)
 
-        return await self._path.run(identity, command.target, envelope, work, count)
+        return await self._path.run(identity, redacted, envelope, work, count)
 
     async def _preview(self, identity: Identity, command: CompactMemory) -> CompactResult:
         async def work(conn: asyncpg.Connection) -> CompactResult:

@@ -55,9 +55,9 @@ _SEARCH_MODES = {
 }
 
 
-def envelope(method: str, request: Message, encode: Callable[[T], bytes]) -> Envelope[T]:
-    """Deterministic request bytes (the idempotency fingerprint) and the response encoder."""
-    return Envelope(method, request.SerializeToString(deterministic=True), encode)
+def envelope(method: str, encode: Callable[[T], bytes]) -> Envelope[T]:
+    """The method (in the idempotency fingerprint, with the redacted command) and the encoder."""
+    return Envelope(method, encode)
 
 
 def _optional(message: Message, field: str) -> Any:
@@ -119,7 +119,9 @@ def revise_command(request: memory_service_pb2.ReviseEntryRequest) -> ReviseEntr
 def states_command(
     request: memory_service_pb2.ForgetEntriesRequest | memory_service_pb2.ReactivateEntriesRequest,
 ) -> ChangeEntryStates:
-    return ChangeEntryStates(_target(request), tuple(request.entry_ids), request.reason)
+    return ChangeEntryStates(
+        _target(request), tuple(request.entry_ids), request.reason, _secrets(request.secrets)
+    )
 
 
 def organize_command(request: memory_service_pb2.OrganizeMemoryRequest) -> OrganizeMemory:
@@ -127,7 +129,13 @@ def organize_command(request: memory_service_pb2.OrganizeMemoryRequest) -> Organ
 
 
 def compact_command(request: memory_service_pb2.CompactMemoryRequest) -> CompactMemory:
-    return CompactMemory(_target(request), request.dry_run, request.limit, request.reason)
+    return CompactMemory(
+        _target(request),
+        request.dry_run,
+        request.limit,
+        request.reason,
+        _secrets(request.secrets),
+    )
 
 
 def capacity_query(request: memory_service_pb2.GetCapacityRequest) -> CapacityQuery:

@@ -1,21 +1,18 @@
-"""Entries made ready to store: SR-1 redaction first, then ids, hash, sizes and embedding."""
+"""Entries made ready to store: the command's SR-1 pass first, then ids, hash, sizes, embedding."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Generic, TypeVar
 
-from memory_service.commands import EntryDraft
+from memory_service.commands import AppendEntries, EntryDraft, ReviseEntry
 from memory_service.embedding import Embedder, to_bytes
 from memory_service.ids import new_entry_id, new_version_id
 from memory_service.manifest import content_hash
-from memory_service.redaction import DETECTOR_NAMES, Secret, redact
 from memory_service.tokens import TokenCounter, TokenUnit
-
-# Secret ids are caller-chosen, so metrics never use them as labels (DESIGN 7).
-REQUEST_SECRET_LABEL = "request_secret"
+from memory_service.write_redaction import RedactedWrite, redact_write
 
 
 @dataclass(frozen=True)
@@ -35,58 +32,57 @@ class PreparedEntry:
     embedding: bytes | None = None
 
 
+P = TypeVar("P", AppendEntries, ReviseEntry)
+
+
 @dataclass(frozen=True)
-class Prepared:
+class Prepared(Generic[P]):
+    # The command as redacted (what is fingerprinted and stored), with its redaction counts.
+    redacted: RedactedWrite[P]
     entries: tuple[PreparedEntry, ...]
-    # Replacements by secret id or detector name (what the response reports); never values.
-    redactions: Mapping[str, int]
-    # The same counts under bounded labels: detector names, and one label for request secrets.
-    redactions_by_detector: Mapping[str, int]
+
+    @property
+    def redactions(self) -> Mapping[str, int]:
+        return self.redacted.counts
+
+    @property
+    def redactions_by_detector(self) -> Mapping[str, int]:
+        return self.redacted.by_detector
 
 
 def prepare_entries(
-    drafts: Sequence[EntryDraft],
-    secrets: Sequence[Secret],
-    counter: TokenCounter,
-    embedder: Embedder | None = None,
-) -> Prepared:
-    """Redact every text field, then hash, size and embed the redacted content.
-
-    CPU-bound (regexes, BPE, inference): callers run it off the event loop. Redaction covers
-    kind, tags and metadata values too, so no stored field can hold a secret value; only the
-    content is hashed (dedupe, manifest), sized (ListMemory) and embedded (search).
-    """
-    pairs = [(s.secret_id, s.value) for s in secrets]
-    counts: Counter[str] = Counter()
-
-    def clean(text: str) -> str:
-        if not text:
-            return text
-        result = redact(text, pairs)
-        counts.update(result.counts)
-        return result.text
-
-    entries = []
-    for draft in drafts:
-        content = clean(draft.content)
-        entries.append(
-            PreparedEntry(
-                entry_id=draft.entry_id or new_entry_id(),
-                entry_version_id=new_version_id(),
-                kind=clean(draft.kind),
-                content=content,
-                tags=tuple(clean(tag) for tag in draft.tags),
-                metadata={key: clean(value) for key, value in draft.metadata.items()},
-                content_hash=content_hash(content),
-                expires_at=draft.expires_at,
-                sizes=counter.sizes(content),
-                embedding=None if embedder is None else to_bytes(embedder.embed(content)),
-            )
+    drafts: Sequence[EntryDraft], counter: TokenCounter, embedder: Embedder | None = None
+) -> tuple[PreparedEntry, ...]:
+    """Ids, hash, sizes and embedding of drafts that are already redacted."""
+    return tuple(
+        PreparedEntry(
+            entry_id=draft.entry_id or new_entry_id(),
+            entry_version_id=new_version_id(),
+            kind=draft.kind,
+            content=draft.content,
+            tags=draft.tags,
+            metadata=draft.metadata,
+            content_hash=content_hash(draft.content),
+            expires_at=draft.expires_at,
+            sizes=counter.sizes(draft.content),
+            embedding=None if embedder is None else to_bytes(embedder.embed(draft.content)),
         )
-    secret_ids = {s.secret_id for s in secrets}
-    by_detector: Counter[str] = Counter()
-    for name, count in counts.items():
-        # A secret id equal to a detector name shares its count; it is labelled a request secret.
-        known = name in DETECTOR_NAMES and name not in secret_ids
-        by_detector[name if known else REQUEST_SECRET_LABEL] += count
-    return Prepared(tuple(entries), dict(counts), dict(by_detector))
+        for draft in drafts
+    )
+
+
+def prepare_write(
+    command: P, counter: TokenCounter, embedder: Embedder | None = None
+) -> Prepared[P]:
+    """Redact the whole command, then hash, size and embed the redacted content.
+
+    CPU-bound (regexes, BPE, inference): callers run it off the event loop. Only the content
+    is hashed (dedupe, manifest), sized (ListMemory) and embedded (search).
+    """
+    redacted = redact_write(command)
+    written = redacted.command
+    if isinstance(written, AppendEntries):
+        drafts = written.entries
+    else:  # the new version keeps the revised entry's id
+        drafts = (replace(written.entry, entry_id=written.entry_id),)
+    return Prepared(redacted, prepare_entries(drafts, counter, embedder))

@@ -13,16 +13,14 @@ from memory_service.capacity import Operation
 from memory_service.commands import (
     AppendEntries,
     ChangeEntryStates,
-    EntryDraft,
     OrganizeMemory,
     ReviseEntry,
 )
 from memory_service.embedding import Embedder
 from memory_service.errors import entry_not_found
 from memory_service.manifest import ItemState
-from memory_service.preparation import Prepared, prepare_entries
+from memory_service.preparation import P, Prepared, prepare_write
 from memory_service.records import StoredVersion
-from memory_service.redaction import Secret
 from memory_service.revisions import (
     RevisionPlan,
     plan_append,
@@ -40,6 +38,7 @@ from memory_service.validation import (
     validate_state_change,
 )
 from memory_service.write_path import Envelope, WritePath, WriteResult
+from memory_service.write_redaction import redact_write
 from servicekit.auth import Identity
 from servicekit.cpu import CpuPool
 from servicekit.errors import FieldViolation, validation_error
@@ -103,21 +102,17 @@ class MemoryWrites:
         self._embedder = embedder
         self._clock = clock
 
-    async def _prepare(
-        self, tenant: str, drafts: tuple[EntryDraft, ...], secrets: tuple[Secret, ...]
-    ) -> Prepared:
+    async def _prepare(self, tenant: str, command: P) -> Prepared[P]:
         # Redaction, tokenizing and embedding are CPU-bound: off the event loop, on the pool
         # that bounds each tenant's share and starts nothing after the call's deadline.
-        return await self._cpu.run(
-            tenant, prepare_entries, drafts, secrets, self._counter, self._embedder
-        )
+        return await self._cpu.run(tenant, prepare_write, command, self._counter, self._embedder)
 
     async def append(
         self, identity: Identity, command: AppendEntries, envelope: Envelope[AppendResult]
     ) -> bytes:
         identity.require("writer")
         raise_if(validate_append(command, self._path.policy.limits, self._clock()))
-        prepared = await self._prepare(identity.tenant, command.entries, command.secrets)
+        prepared = await self._prepare(identity.tenant, command)
         given = {d.entry_id: i for i, d in enumerate(command.entries) if d.entry_id}
 
         async def work(conn: asyncpg.Connection) -> AppendResult:
@@ -141,30 +136,22 @@ class MemoryWrites:
             self._path.metrics.entries_appended.inc(len(outcome.entries))
             self._path.metrics.redacted(prepared.redactions_by_detector)
 
-        return await self._path.run(identity, command.target, envelope, work, count)
+        return await self._path.run(identity, prepared.redacted, envelope, work, count)
 
     async def revise(
         self, identity: Identity, command: ReviseEntry, envelope: Envelope[ReviseResult]
     ) -> bytes:
         identity.require("writer")
         raise_if(validate_revise(command, self._path.policy.limits, self._clock()))
-        draft = command.entry
-        revised = EntryDraft(
-            content=draft.content,
-            entry_id=command.entry_id,
-            kind=draft.kind,
-            tags=draft.tags,
-            metadata=draft.metadata,
-            expires_at=draft.expires_at,
-        )
-        prepared = await self._prepare(identity.tenant, (revised,), command.secrets)
+        prepared = await self._prepare(identity.tenant, command)
+        reason = prepared.redacted.command.reason
 
         async def work(conn: asyncpg.Connection) -> ReviseResult:
             head, key = await self._path.lock(conn, identity.tenant, command.target)
             item = (await store.head_items(conn, key, [command.entry_id])).get(command.entry_id)
             if item is None or item.state is not ItemState.ACTIVE:
                 raise entry_not_found([command.entry_id])
-            plan = plan_revise(head, item, prepared.entries[0], command.reason)
+            plan = plan_revise(head, item, prepared.entries[0], reason)
             result, created_at = await self._path.commit(conn, key, plan)
             assert created_at is not None  # a revise always has a change
             (entry,) = stored_versions(plan, created_at)
@@ -174,7 +161,7 @@ class MemoryWrites:
             self._path.committed(outcome.result, Operation.REVISE)
             self._path.metrics.redacted(prepared.redactions_by_detector)
 
-        return await self._path.run(identity, command.target, envelope, work, count)
+        return await self._path.run(identity, prepared.redacted, envelope, work, count)
 
     async def change_states(
         self,
@@ -187,7 +174,10 @@ class MemoryWrites:
         """ForgetEntries (active=False) or ReactivateEntries (active=True); entries already in
         the target state are no-ops, and a call where all are creates no revision."""
         identity.require("writer")
-        raise_if(validate_state_change(command))
+        raise_if(validate_state_change(command, self._path.policy.limits))
+        # At most one reason of MAX_REASON_CHARS: cheap enough to redact on the event loop.
+        redacted = redact_write(command)
+        reason = redacted.command.reason
         plan_states = plan_reactivate if active else plan_forget
 
         async def work(conn: asyncpg.Connection) -> WriteResult:
@@ -196,7 +186,7 @@ class MemoryWrites:
             missing = [entry_id for entry_id in command.entry_ids if entry_id not in items]
             if missing:  # never written, or compacted away: either way not in the manifest
                 raise entry_not_found(missing)
-            plan = plan_states(head, [items[i] for i in command.entry_ids], command.reason)
+            plan = plan_states(head, [items[i] for i in command.entry_ids], reason)
             result, _ = await self._path.commit(conn, key, plan)
             return result
 
@@ -204,8 +194,10 @@ class MemoryWrites:
 
         def count(outcome: WriteResult) -> None:
             self._path.committed(outcome, operation)
+            if outcome.changes:  # the redacted reason was stored
+                self._path.metrics.redacted(redacted.by_detector)
 
-        return await self._path.run(identity, command.target, envelope, work, count)
+        return await self._path.run(identity, redacted, envelope, work, count)
 
     async def organize(
         self, identity: Identity, command: OrganizeMemory, envelope: Envelope[OrganizeResult]
@@ -222,4 +214,4 @@ class MemoryWrites:
         def count(outcome: OrganizeResult) -> None:
             self._path.committed(outcome.result, Operation.ORGANIZE)
 
-        return await self._path.run(identity, command.target, envelope, work, count)
+        return await self._path.run(identity, redact_write(command), envelope, work, count)

@@ -45,7 +45,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         raw = await self._writes.append(
             current_identity(),
             convert.append_command(request),
-            convert.envelope("AppendEntries", request, convert_out.encode_append),
+            convert.envelope("AppendEntries", convert_out.encode_append),
         )
         return pb.AppendEntriesResponse.FromString(raw)
 
@@ -55,7 +55,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         raw = await self._writes.revise(
             current_identity(),
             convert.revise_command(request),
-            convert.envelope("ReviseEntry", request, convert_out.encode_revise),
+            convert.envelope("ReviseEntry", convert_out.encode_revise),
         )
         return pb.ReviseEntryResponse.FromString(raw)
 
@@ -65,7 +65,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         raw = await self._writes.change_states(
             current_identity(),
             convert.states_command(request),
-            convert.envelope("ForgetEntries", request, convert_out.encode_forget),
+            convert.envelope("ForgetEntries", convert_out.encode_forget),
             active=False,
         )
         return pb.ForgetEntriesResponse.FromString(raw)
@@ -76,7 +76,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         raw = await self._writes.change_states(
             current_identity(),
             convert.states_command(request),
-            convert.envelope("ReactivateEntries", request, convert_out.encode_reactivate),
+            convert.envelope("ReactivateEntries", convert_out.encode_reactivate),
             active=True,
         )
         return pb.ReactivateEntriesResponse.FromString(raw)
@@ -87,7 +87,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         raw = await self._writes.organize(
             current_identity(),
             convert.organize_command(request),
-            convert.envelope("OrganizeMemory", request, convert_out.encode_organize),
+            convert.envelope("OrganizeMemory", convert_out.encode_organize),
         )
         return pb.OrganizeMemoryResponse.FromString(raw)
 
@@ -97,7 +97,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         raw = await self._compaction.compact(
             current_identity(),
             convert.compact_command(request),
-            convert.envelope("CompactMemory", request, convert_out.encode_compact),
+            convert.envelope("CompactMemory", convert_out.encode_compact),
         )
         return pb.CompactMemoryResponse.FromString(raw)
 

@@ -29,6 +29,7 @@ class MemorySettings:
     max_history_revisions: int
     max_entry_size_bytes: int
     max_batch_entries: int
+    max_request_text_bytes: int
     list_limit_cap: int
     token_counter: str
     budget_address: str | None
@@ -51,6 +52,12 @@ class MemorySettings:
                 f"RATION_MEMORY_MAX_ACTIVE_ENTRIES={active} is invalid: must be <= "
                 f"RATION_MEMORY_MAX_MANIFEST_ENTRIES ({manifest})"
             )
+        entry_bytes = env.integer("RATION_MEMORY_MAX_ENTRY_BYTES", 65536, minimum=16)
+        request_text = env.integer(
+            "RATION_MEMORY_MAX_REQUEST_TEXT_BYTES",
+            max(1024 * 1024, entry_bytes),
+            minimum=entry_bytes,
+        )
         return cls(
             server=ServerSettings.from_env(env, "memory", 50052, 9465),
             database=DatabaseSettings.from_env(env),
@@ -66,8 +73,9 @@ class MemorySettings:
             max_history_revisions=env.integer(
                 "RATION_MEMORY_MAX_HISTORY_REVISIONS", 100, minimum=1
             ),
-            max_entry_size_bytes=env.integer("RATION_MEMORY_MAX_ENTRY_BYTES", 65536, minimum=16),
+            max_entry_size_bytes=entry_bytes,
             max_batch_entries=env.integer("RATION_MEMORY_MAX_BATCH_ENTRIES", 100, minimum=1),
+            max_request_text_bytes=request_text,
             list_limit_cap=env.integer("RATION_MEMORY_LIST_LIMIT_CAP", 1000, minimum=1),
             token_counter=env.choice("RATION_MEMORY_TOKEN_COUNTER", "o200k_base", TOKEN_COUNTERS),
             budget_address=_budget_address(env),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,7 +16,7 @@ from memory_service.commands import (
     WriteTarget,
 )
 from memory_service.ids import is_entry_id, validate_memory_ref
-from memory_service.redaction import Secret, validate_secrets
+from memory_service.redaction import Secret, find_secret, validate_secrets, view_of
 from servicekit.errors import FieldViolation, validation_error
 
 MAX_REQUEST_ID_CHARS = 128
@@ -30,12 +30,18 @@ MAX_REASON_CHARS = 256
 MAX_ENTRY_IDS = 1000
 
 
+DEFAULT_MAX_REQUEST_TEXT_BYTES = 1024 * 1024
+
+
 @dataclass(frozen=True)
 class InputLimits:
     """The configurable limits (settings); the rest are the fixed constants above."""
 
     max_entry_size_bytes: int
     max_batch_entries: int
+    # All caller text of one write (contents, kinds, tags, metadata, reason, secret values),
+    # in UTF-8 bytes: bounds what one request costs to redact, size and embed.
+    max_request_text_bytes: int = DEFAULT_MAX_REQUEST_TEXT_BYTES
 
 
 def raise_if(violations: Sequence[FieldViolation]) -> None:
@@ -134,6 +140,46 @@ def _secrets(secrets: Sequence[Secret]) -> list[FieldViolation]:
     return validate_secrets([(s.secret_id, s.value) for s in secrets])
 
 
+def _draft_texts(entry: EntryDraft) -> Iterator[str]:
+    yield entry.content
+    yield entry.kind
+    yield from entry.tags
+    for key, value in entry.metadata.items():
+        yield key
+        yield value
+
+
+def _text_total(
+    texts: Iterable[str], field: str, secrets: Sequence[Secret], limits: InputLimits
+) -> list[FieldViolation]:
+    limit = limits.max_request_text_bytes
+    total = sum(len(t.encode("utf-8")) for t in texts)
+    total += sum(len(s.value.encode("utf-8")) for s in secrets)
+    if total > limit:
+        return [
+            FieldViolation(
+                field, f"the request's text is {total} bytes of UTF-8; the maximum is {limit}"
+            )
+        ]
+    return []
+
+
+def _identifiers(
+    identifiers: Iterable[tuple[str, str]], secrets: Sequence[Secret]
+) -> list[FieldViolation]:
+    """Identifiers are stored and echoed as sent, so one holding a request secret (in any
+    form) is refused rather than redacted; the violation names the secret, not its value."""
+    if not secrets or validate_secrets([(s.secret_id, s.value) for s in secrets]):
+        return []  # bad secrets are reported by _secrets
+    views = [view_of(s.value) for s in secrets]
+    found = []
+    for field, identifier in identifiers:
+        index = find_secret(identifier, views) if identifier else None
+        if index is not None:
+            found.append(FieldViolation(field, f"must not contain the value of secrets[{index}]"))
+    return found
+
+
 def _entry_ids(entry_ids: Iterable[str], field: str) -> list[FieldViolation]:
     found: list[FieldViolation] = []
     seen: set[str] = set()
@@ -161,6 +207,11 @@ def validate_append(
             found.append(FieldViolation(f"entries[{index}].entry_id", "duplicates an earlier id"))
         seen.add(entry.entry_id)
     found.extend(_secrets(command.secrets))
+    texts = (t for e in command.entries for t in _draft_texts(e))
+    found.extend(_text_total(texts, "entries", command.secrets, limits))
+    ids = [("request_id", command.target.request_id), ("memory_ref", command.target.memory_ref)]
+    ids.extend((f"entries[{i}].entry_id", e.entry_id) for i, e in enumerate(command.entries))
+    found.extend(_identifiers(ids, command.secrets))
     return found
 
 
@@ -182,15 +233,45 @@ def validate_revise(
     found.extend(_entry(draft, "entry", limits, now))
     found.extend(_secrets(command.secrets))
     found.extend(_reason(command.reason))
+    texts = [*_draft_texts(command.entry), command.reason]
+    found.extend(_text_total(texts, "entry", command.secrets, limits))
+    ids = [
+        ("request_id", command.target.request_id),
+        ("memory_ref", command.target.memory_ref),
+        ("entry_id", command.entry_id),
+        ("entry.entry_id", command.entry.entry_id),
+    ]
+    found.extend(_identifiers(ids, command.secrets))
     return found
 
 
-def validate_state_change(command: ChangeEntryStates) -> list[FieldViolation]:
+def _reason_and_secrets(
+    target: WriteTarget,
+    reason: str,
+    secrets: Sequence[Secret],
+    limits: InputLimits,
+    entry_ids: Sequence[str] = (),
+) -> list[FieldViolation]:
+    """What a write whose only caller text is its reason must also pass."""
+    found = _reason(reason)
+    found.extend(_secrets(secrets))
+    found.extend(_text_total([reason], "reason", secrets, limits))
+    ids = [("request_id", target.request_id), ("memory_ref", target.memory_ref)]
+    ids.extend((f"entry_ids[{i}]", entry_id) for i, entry_id in enumerate(entry_ids))
+    found.extend(_identifiers(ids, secrets))
+    return found
+
+
+def validate_state_change(command: ChangeEntryStates, limits: InputLimits) -> list[FieldViolation]:
     found = _target(command.target)
     if not 1 <= len(command.entry_ids) <= MAX_ENTRY_IDS:
         found.append(FieldViolation("entry_ids", f"must hold 1..{MAX_ENTRY_IDS} ids"))
     found.extend(_entry_ids(command.entry_ids, "entry_ids"))
-    found.extend(_reason(command.reason))
+    found.extend(
+        _reason_and_secrets(
+            command.target, command.reason, command.secrets, limits, command.entry_ids
+        )
+    )
     return found
 
 
@@ -201,7 +282,7 @@ def validate_organize(command: OrganizeMemory) -> list[FieldViolation]:
     return found
 
 
-def validate_compact(command: CompactMemory) -> list[FieldViolation]:
+def validate_compact(command: CompactMemory, limits: InputLimits) -> list[FieldViolation]:
     # A dry run writes nothing, so it needs no idempotency key.
     found = _target(command.target, request_id_required=not command.dry_run)
     if not command.dry_run and command.target.expected_revision is None:
@@ -210,5 +291,5 @@ def validate_compact(command: CompactMemory) -> list[FieldViolation]:
         )
     if command.limit < 0:
         found.append(FieldViolation("limit", "must be >= 0 (0 = no limit)"))
-    found.extend(_reason(command.reason))
+    found.extend(_reason_and_secrets(command.target, command.reason, command.secrets, limits))
     return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import asyncpg
 
@@ -22,6 +22,7 @@ from memory_service.store import MemoryKey
 from memory_service.store_reads import compactable_count
 from memory_service.tenancy import for_tenant
 from memory_service.validation import InputLimits
+from memory_service.write_redaction import RedactedWrite
 from servicekit.auth import Identity
 from servicekit.db import Database
 from servicekit.idempotency import RequestKey, idempotent
@@ -33,10 +34,9 @@ R = TypeVar("R", contravariant=True)
 
 @dataclass(frozen=True)
 class Envelope(Generic[R]):
-    """How the transport fingerprints a write and encodes the response stored for replays."""
+    """The RPC a write came from (part of its fingerprint) and the encoder of its stored reply."""
 
     method: str
-    request: bytes  # deterministic bytes of the request
     encode: Callable[[R], bytes]
 
 
@@ -76,7 +76,7 @@ class WritePath:
     async def run(
         self,
         identity: Identity,
-        target: WriteTarget,
+        write: RedactedWrite[Any],
         envelope: Envelope[T],
         work: Callable[[asyncpg.Connection], Awaitable[T]],
         on_commit: Callable[[T], None],
@@ -84,9 +84,11 @@ class WritePath:
         """Runs `work` once per request_id and returns the response bytes (stored or replayed).
 
         `on_commit` sees the outcome only when this call committed it, never on a replay, so
-        metrics count each effect once and only after its transaction committed.
+        metrics count each effect once and only after its transaction committed. The
+        fingerprint is of the redacted command, never of the request as sent (DESIGN 4.6).
         """
-        key = RequestKey.of(identity.tenant, target.request_id, envelope.method, envelope.request)
+        request_id = write.command.target.request_id
+        key = RequestKey.of(identity.tenant, request_id, envelope.method, write.fingerprint)
         produced: list[tuple[T, bytes]] = []
 
         async def attempt(conn: asyncpg.Connection) -> bytes:

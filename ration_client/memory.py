@@ -66,13 +66,16 @@ class MemoryClient(Client):
         entry_ids: Iterable[str],
         *,
         reason: str = "",
+        secrets: Mapping[str, str] | None = None,
         request_id: str | None = None,
     ) -> memory_service_pb2.ForgetEntriesResponse:
+        """Deactivates entries; `secrets` ({id: value}) are redacted from the reason."""
         request = memory_service_pb2.ForgetEntriesRequest(
             request_id=request_id or new_request_id(),
             memory_ref=memory_ref,
             entry_ids=list(entry_ids),
             reason=reason,
+            secrets=_secrets(secrets),
         )
         return await self._rpc.unary(self._stub.ForgetEntries, request)
 

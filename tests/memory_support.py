@@ -7,6 +7,7 @@ import functools
 import gzip
 import hashlib
 import unicodedata
+import urllib.request
 import uuid
 from collections.abc import Awaitable, Iterable
 from typing import Any
@@ -34,6 +35,12 @@ MEMORY_TABLES = (
 )
 
 
+def scrape(port: int) -> str:
+    """The /metrics text of a server (served from its own thread, so a blocking read is fine)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        return str(reply.read().decode())
+
+
 def request_id() -> str:
     return uuid.uuid4().hex
 
@@ -43,6 +50,10 @@ async def rpc_error(call: Awaitable[Any]) -> RpcErrorDetails:
     with pytest.raises(grpc.aio.AioRpcError) as caught:
         await call
     return decode(caught.value)
+
+
+def _secrets(secrets: dict[str, str] | None) -> list[memory_pb2.Secret]:
+    return [memory_pb2.Secret(secret_id=k, value=v) for k, v in (secrets or {}).items()]
 
 
 def entry(content: str, **fields: Any) -> memory_pb2.EntryInput:
@@ -102,20 +113,36 @@ class Memory:
         return await self.stub.ReviseEntry(self._expected(request, expected_revision), **self._kw())
 
     async def forget(
-        self, *entry_ids: str, reason: str = "", expected_revision: int | None = None
+        self,
+        *entry_ids: str,
+        reason: str = "",
+        expected_revision: int | None = None,
+        secrets: dict[str, str] | None = None,
     ) -> memory_service_pb2.ForgetEntriesResponse:
         request = pb.ForgetEntriesRequest(
-            request_id=request_id(), memory_ref=self.ref, entry_ids=entry_ids, reason=reason
+            request_id=request_id(),
+            memory_ref=self.ref,
+            entry_ids=entry_ids,
+            reason=reason,
+            secrets=_secrets(secrets),
         )
         return await self.stub.ForgetEntries(
             self._expected(request, expected_revision), **self._kw()
         )
 
     async def reactivate(
-        self, *entry_ids: str, reason: str = "", expected_revision: int | None = None
+        self,
+        *entry_ids: str,
+        reason: str = "",
+        expected_revision: int | None = None,
+        secrets: dict[str, str] | None = None,
     ) -> memory_service_pb2.ReactivateEntriesResponse:
         request = pb.ReactivateEntriesRequest(
-            request_id=request_id(), memory_ref=self.ref, entry_ids=entry_ids, reason=reason
+            request_id=request_id(),
+            memory_ref=self.ref,
+            entry_ids=entry_ids,
+            reason=reason,
+            secrets=_secrets(secrets),
         )
         return await self.stub.ReactivateEntries(
             self._expected(request, expected_revision), **self._kw()
@@ -134,6 +161,7 @@ class Memory:
         limit: int = 0,
         reason: str = "",
         expected_revision: int | None = None,
+        secrets: dict[str, str] | None = None,
     ) -> memory_service_pb2.CompactMemoryResponse:
         request = pb.CompactMemoryRequest(
             request_id=request_id(),
@@ -141,6 +169,7 @@ class Memory:
             dry_run=dry_run,
             limit=limit,
             reason=reason,
+            secrets=_secrets(secrets),
         )
         return await self.stub.CompactMemory(
             self._expected(request, expected_revision), **self._kw()

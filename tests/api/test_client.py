@@ -126,6 +126,17 @@ async def test_memory_capacity_refusal_is_capacity_exceeded(start_server: StartS
     assert refused.value.observed == "2"
 
 
+async def test_forget_redacts_the_run_secrets_from_its_reason(start_server: StartServer) -> None:
+    runner = await start_server("memory")
+    secret = "hunter2-correct-horse"
+    async with MemoryClient(f"127.0.0.1:{runner.port}") as memory:
+        (written,) = (await memory.append("agent/2", ["a fact"])).entries
+        forgot = await memory.forget(
+            "agent/2", [written.entry_id], reason=f"leaked {secret}", secrets={"run": secret}
+        )
+    assert forgot.result.changes[0].reason == "leaked [REDACTED:run]"
+
+
 def rpc_error(reason: str, code: grpc.StatusCode) -> grpc.aio.AioRpcError:
     info = any_pb2.Any()
     info.Pack(error_details_pb2.ErrorInfo(reason=reason, domain="ration.budget.v1"))

@@ -74,6 +74,34 @@ BAD_APPENDS = {
         append(secrets=[memory_pb2.Secret(secret_id="no spaces", value="long enough value")]),
         "secrets[0].secret_id",
     ),
+    "too many secrets": (
+        append(
+            secrets=[memory_pb2.Secret(secret_id=f"s{n}", value=f"value-{n:04}") for n in range(65)]
+        ),
+        "secrets",
+    ),
+    "long secret value": (
+        append(secrets=[memory_pb2.Secret(secret_id="s", value="v" * 4097)]),
+        "secrets[0].value",
+    ),
+    "request text over the limit": (
+        append(entries=[entry("e" * 60, metadata={"k": "v" * 40}) for _ in range(3)]),
+        "entries",
+    ),
+    "secret in the request id": (
+        append(
+            request_id="req-hunter2-horse",
+            secrets=[memory_pb2.Secret(secret_id="s", value="hunter2-horse")],
+        ),
+        "request_id",
+    ),
+    "secret in the memory ref": (
+        append(
+            memory_ref="team/hunter2-horse",
+            secrets=[memory_pb2.Secret(secret_id="s", value="hunter2-horse")],
+        ),
+        "memory_ref",
+    ),
     "missing request id": (append(request_id=""), "request_id"),
     "empty memory ref": (append(memory_ref=""), "memory_ref"),
     "parent segment": (append(memory_ref="team/../other"), "memory_ref"),
@@ -86,7 +114,10 @@ BAD_APPENDS = {
 @pytest.fixture
 async def small_limits(start_server: StartServer) -> AsyncIterator[grpc.aio.Channel]:
     runner = await start_server(
-        "memory", RATION_MEMORY_MAX_ENTRY_BYTES="64", RATION_MEMORY_MAX_BATCH_ENTRIES="3"
+        "memory",
+        RATION_MEMORY_MAX_ENTRY_BYTES="64",
+        RATION_MEMORY_MAX_BATCH_ENTRIES="3",
+        RATION_MEMORY_MAX_REQUEST_TEXT_BYTES="256",
     )
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
         yield channel

@@ -7,7 +7,8 @@ import asyncpg
 import grpc
 import numpy as np
 from conftest import StartServer
-from memory_support import MEMORY_TABLES, Memory, entry
+from google.rpc import error_details_pb2
+from memory_support import MEMORY_TABLES, Memory, entry, row_counts, rpc_error, scrape
 
 from memory_service.embedding import Embedder, from_bytes
 from ration.memory.v1 import memory_pb2 as m
@@ -107,3 +108,79 @@ async def test_markers_replace_secrets_everywhere_and_survive_revise_dedupe_and_
         assert "[REDACTED:openai_api_key]" in old.content
 
     await assert_no_secret_stored(db, [RUN_SECRET, *DETECTED.values(), *TWIN_SECRETS])
+
+
+GITHUB = "gh" + "p_" + "9z8Y7x6W5v4U3t2S1r0Q9p8O7n6M5l4K3j2I"
+
+
+async def test_every_reason_and_metadata_key_is_redacted_where_it_is_stored_and_echoed(
+    start_server: StartServer, db: asyncpg.Connection
+) -> None:
+    runner = await start_server(
+        "memory",
+        RATION_MEMORY_COMPACTION_ENABLED="true",
+        RATION_MEMORY_MIN_TOMBSTONE_REVISIONS="0",
+    )
+    secrets = {"db": RUN_SECRET}
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        memory = Memory(channel, "sr1/reasons")
+        appended = await memory.append(
+            entry("x", metadata={f"key-{RUN_SECRET}": "v", f"gh-{GITHUB}": "w"}), secrets=secrets
+        )
+        (version,) = appended.entries
+        assert dict(version.metadata) == {
+            "key-[REDACTED:db]": "v",
+            "gh-[REDACTED:github_token]": "w",
+        }
+        revised = await memory.revise(
+            version.entry_id, "y", reason=f"rotated {RUN_SECRET}", secrets=secrets
+        )
+        assert revised.result.changes[0].reason == "rotated [REDACTED:db]"
+        forgot = await memory.forget(version.entry_id, reason=f"leaked {GITHUB}")
+        assert forgot.result.changes[0].reason == "leaked [REDACTED:github_token]"
+        back = await memory.reactivate(version.entry_id, reason=f"back {GITHUB}")
+        assert back.result.changes[0].reason == "back [REDACTED:github_token]"
+        await memory.forget(version.entry_id)
+        preview = await memory.compact(dry_run=True)
+        compacted = await memory.compact(
+            expected_revision=preview.revision, reason=f"compact {GITHUB}"
+        )
+        changes = await memory.changes(compacted.revision)
+        assert [c.reason for c in changes] == ["compact [REDACTED:github_token]"]
+        history = [
+            c.reason for r in range(1, compacted.revision + 1) for c in await memory.changes(r)
+        ]
+        assert all(RUN_SECRET not in r and GITHUB not in r for r in history)
+    metrics = scrape(runner.metrics_port)
+    # Metadata keys, the revise reason and the reasons of forget, reactivate and compact.
+    assert 'ration_memory_redactions_total{detector="github_token"} 4.0' in metrics
+    assert 'ration_memory_redactions_total{detector="request_secret"} 2.0' in metrics
+    await assert_no_secret_stored(db, [RUN_SECRET, GITHUB])
+
+
+async def test_an_identifier_holding_a_request_secret_is_refused_without_the_value(
+    memory_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    memory = Memory(memory_channel, f"sr1/{RUN_SECRET}")
+    error = await rpc_error(memory.append("x", secrets={"db": RUN_SECRET}))
+    assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
+    (violation,) = error.detail(error_details_pb2.BadRequest).field_violations
+    assert violation.field == "memory_ref"
+    assert RUN_SECRET not in error.message
+    assert RUN_SECRET not in violation.description
+    assert await row_counts(db) == dict.fromkeys(MEMORY_TABLES, 0)
+
+
+async def test_a_retry_with_another_value_of_the_same_secret_replays_the_first_answer(
+    memory_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    # The fingerprint is of the redacted request, so it cannot confirm a guess of a value.
+    memory = Memory(memory_channel, "sr1/fingerprint")
+    first = await memory.append(f"pw {RUN_SECRET}", secrets={"db": RUN_SECRET}, rid="rid-1")
+    again = await memory.append("pw guess-of-value", secrets={"db": "guess-of-value"}, rid="rid-1")
+    assert again == first
+    other = await rpc_error(memory.append("pw other", rid="rid-1"))
+    assert other.reason == "REQUEST_ID_REUSED"
+    (fingerprint,) = await db.fetchval("SELECT array_agg(fingerprint) FROM memory.request_log")
+    for guess in (RUN_SECRET, "guess-of-value"):
+        assert guess.encode() not in bytes(fingerprint)

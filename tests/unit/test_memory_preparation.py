@@ -1,19 +1,37 @@
-"""Preparation redacts first, so hashes, sizes and stored fields only ever see markers."""
+"""Preparation redacts the whole command first, so hashes, sizes and stored fields only ever see
+markers, and the fingerprint holds no secret value."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
 
-from memory_service.commands import EntryDraft
+from memory_service.commands import (
+    AppendEntries,
+    ChangeEntryStates,
+    CompactMemory,
+    EntryDraft,
+    ReviseEntry,
+    WriteTarget,
+)
 from memory_service.embedding import Embedder, from_bytes
 from memory_service.manifest import content_hash
-from memory_service.preparation import REQUEST_SECRET_LABEL, prepare_entries
+from memory_service.preparation import prepare_write
 from memory_service.redaction import Secret
 from memory_service.tokens import TokenCounter, TokenUnit
+from memory_service.write_redaction import REQUEST_SECRET_LABEL, redact_write
+from servicekit.errors import BadRequestDetail, DomainError
 
 SECRET = "correct-horse-battery"
 GITHUB = "ghp_" + "a1B2c3D4e5" * 4
+TARGET = WriteTarget("req-1", "team/memory")
+ENTRY_ID = "mem_ent_" + "1" * 32
+
+
+def append(*drafts: EntryDraft, secrets: tuple[Secret, ...] = ()) -> AppendEntries:
+    return AppendEntries(TARGET, drafts, secrets)
 
 
 @pytest.fixture(scope="module")
@@ -22,37 +40,51 @@ def counter() -> TokenCounter:
 
 
 def test_hash_and_sizes_are_of_the_redacted_content(counter: TokenCounter) -> None:
-    draft = EntryDraft(f"password {SECRET}", kind=SECRET, tags=(SECRET,), metadata={"k": SECRET})
-    prepared = prepare_entries([draft], [Secret("vault", SECRET)], counter)
+    draft = EntryDraft(
+        f"password {SECRET}",
+        kind=SECRET,
+        tags=(SECRET,),
+        metadata={"k": SECRET, f"key-{SECRET}": "v"},
+    )
+    prepared = prepare_write(append(draft, secrets=(Secret("vault", SECRET),)), counter)
     (entry,) = prepared.entries
     redacted = "password [REDACTED:vault]"
     assert entry.content == redacted
     assert (entry.kind, entry.tags, dict(entry.metadata)) == (
         "[REDACTED:vault]",
         ("[REDACTED:vault]",),
-        {"k": "[REDACTED:vault]"},
+        {"k": "[REDACTED:vault]", "key-[REDACTED:vault]": "v"},
     )
     assert entry.content_hash == content_hash(redacted)
     assert entry.sizes[TokenUnit.CHARS] == len(redacted)
     assert entry.sizes[TokenUnit.O200K_BASE] == counter.count(TokenUnit.O200K_BASE, redacted)
-    assert prepared.redactions == {"vault": 4}
+    assert prepared.redactions == {"vault": 5}
 
 
 def test_ids_are_kept_when_given_and_generated_otherwise(counter: TokenCounter) -> None:
-    given = "mem_ent_" + "1" * 32
-    first, second = prepare_entries(
-        [EntryDraft("a", entry_id=given), EntryDraft("b")], [], counter
+    first, second = prepare_write(
+        append(EntryDraft("a", entry_id=ENTRY_ID), EntryDraft("b")), counter
     ).entries
-    assert first.entry_id == given
+    assert first.entry_id == ENTRY_ID
     assert second.entry_id.startswith("mem_ent_")
-    assert second.entry_id != given
+    assert second.entry_id != ENTRY_ID
     assert first.entry_version_id != second.entry_version_id
 
 
+def test_a_revision_keeps_its_entry_id_and_its_reason_is_redacted(counter: TokenCounter) -> None:
+    command = ReviseEntry(
+        TARGET, ENTRY_ID, EntryDraft("new"), (Secret("vault", SECRET),), f"rotated {SECRET}"
+    )
+    prepared = prepare_write(command, counter)
+    assert prepared.entries[0].entry_id == ENTRY_ID
+    assert prepared.redacted.command.reason == "rotated [REDACTED:vault]"
+    assert prepared.redactions == {"vault": 1}
+
+
 def test_metric_labels_never_carry_caller_chosen_secret_ids(counter: TokenCounter) -> None:
-    secrets = [Secret("customer-42-token", SECRET), Secret("jwt", "another-secret-value")]
+    secrets = (Secret("customer-42-token", SECRET), Secret("jwt", "another-secret-value"))
     text = f"{SECRET} another-secret-value {GITHUB}"
-    prepared = prepare_entries([EntryDraft(text)], secrets, counter)
+    prepared = prepare_write(append(EntryDraft(text), secrets=secrets), counter)
     assert prepared.redactions == {"customer-42-token": 1, "jwt": 1, "github_token": 1}
     # A secret id that happens to equal a detector name is still a request secret.
     assert prepared.redactions_by_detector == {REQUEST_SECRET_LABEL: 2, "github_token": 1}
@@ -62,10 +94,60 @@ def test_the_vector_is_of_the_redacted_content_and_absent_without_an_embedder(
     counter: TokenCounter,
 ) -> None:
     embedder = Embedder.load()
-    draft = EntryDraft(f"the vault password is {SECRET}")
-    (entry,) = prepare_entries([draft], [Secret("vault", SECRET)], counter, embedder).entries
+    command = append(
+        EntryDraft(f"the vault password is {SECRET}"), secrets=(Secret("vault", SECRET),)
+    )
+    (entry,) = prepare_write(command, counter, embedder).entries
     assert entry.embedding is not None
     assert np.array_equal(from_bytes(entry.embedding), embedder.embed(entry.content))
     assert entry.content == "the vault password is [REDACTED:vault]"
-    (bare,) = prepare_entries([draft], [Secret("vault", SECRET)], counter).entries
+    (bare,) = prepare_write(command, counter).entries
     assert bare.embedding is None
+
+
+def test_reasons_of_state_changes_and_compaction_are_redacted_by_detectors() -> None:
+    forget = redact_write(ChangeEntryStates(TARGET, (ENTRY_ID,), f"leaked {GITHUB}"))
+    compact = redact_write(CompactMemory(TARGET, dry_run=False, reason=f"leaked {GITHUB}"))
+    for redacted in (forget, compact):
+        assert redacted.command.reason == "leaked [REDACTED:github_token]"
+        assert redacted.counts == {"github_token": 1}
+
+
+def test_the_fingerprint_holds_secret_ids_and_redacted_text_only() -> None:
+    def fingerprint(value: str) -> bytes:
+        draft = EntryDraft(f"pw {value}", metadata={"note": value})
+        return redact_write(append(draft, secrets=(Secret("vault", value),))).fingerprint
+
+    first, second = fingerprint(SECRET), fingerprint("another-secret-value")
+    assert first == second  # a guess of the value cannot be confirmed from the fingerprint
+    assert SECRET.encode() not in first
+    assert b'"vault"' in first
+    # Any other difference is one.
+    other = redact_write(append(EntryDraft("pw x"))).fingerprint
+    assert other != first
+
+
+def test_two_metadata_keys_equal_once_redacted_are_refused_by_field() -> None:
+    draft = EntryDraft("x", metadata={f"a-{GITHUB}": "1", f"a-{GITHUB[:-1]}Z": "2"})
+    with pytest.raises(DomainError) as raised:
+        redact_write(append(draft))
+    assert isinstance(raised.value.detail, BadRequestDetail)
+    assert [v.field for v in raised.value.detail.violations] == ["entries[0].metadata"]
+    assert GITHUB not in str(raised.value)
+
+
+def test_tags_equal_once_redacted_become_one() -> None:
+    draft = EntryDraft("x", tags=(f"t-{GITHUB}", f"t-{GITHUB[:-1]}Z", "plain"))
+    (entry,) = redact_write(append(draft)).command.entries
+    assert entry.tags == ("t-[REDACTED:github_token]", "plain")
+
+
+def test_the_fingerprint_is_canonical_json_of_the_command() -> None:
+    one = append(EntryDraft("x", metadata={"a": "1", "b": "2"}, tags=("t",)))
+    other = append(EntryDraft("x", metadata={"b": "2", "a": "1"}, tags=("t",)))
+    data = redact_write(one).fingerprint
+    assert data == redact_write(other).fingerprint
+    document = json.loads(data)
+    assert document["type"] == "AppendEntries"
+    assert document["command"]["entries"][0]["metadata"] == {"a": "1", "b": "2"}
+    assert data == json.dumps(document, sort_keys=True, separators=(",", ":")).encode()

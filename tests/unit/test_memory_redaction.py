@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from memory_service.redaction import (
     DETECTOR_NAMES,
     Secret,
+    SecretBesideMarker,
     marker,
     redact,
     validate_secrets,
+    view_of,
 )
 
 # Fake credentials are assembled at runtime so that secret scanners do not flag this file.
@@ -135,7 +137,7 @@ def test_aws_secret_key_in_assignment_keeps_the_name(text: str) -> None:
         "sk-learn-compatible-estimators-are-great",
         "https://example.com:8080/path and http://user@host/x",
         "the task-runner asked AKIAfoo about eyJ.things.here",
-        f"a bare 40-char value {AWS_SECRET} without a name",
+        f"a 40-char hex digest {'a1b2c3d4e5' * 4} without a name",
         "ghp_short sk_live_short xoxb-1",
         "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
     ],
@@ -158,6 +160,15 @@ def test_detector_names_are_stable() -> None:
         "slack_token",
         "aws_access_key_id",
         "aws_secret_access_key",
+        "aws_session_token",
+        "slack_webhook",
+        "google_api_key",
+        "huggingface_token",
+        "groq_api_key",
+        "xai_api_key",
+        "azure_api_key",
+        "authorization_header",
+        "password",
     }
 
 
@@ -178,11 +189,30 @@ def test_overlapping_secrets_are_replaced_longest_first() -> None:
 
 
 def test_markers_are_never_matched_again() -> None:
-    # The second secret's value is literally the first one's marker.
-    secrets = [("a", "1234567890abcdef"), ("b", "[REDACTED:a]")]
-    result = redact("token 1234567890abcdef", secrets)
-    assert result.text == "token [REDACTED:a]"
+    # The second secret's value is the first one's marker and what follows it in the text.
+    secrets = [("a", "1234567890abcdef"), ("b", "[REDACTED:a] end")]
+    result = redact("token 1234567890abcdef tail", secrets)
+    assert result.text == "token [REDACTED:a] tail"
     assert result.counts == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("secrets", "text"),
+    [
+        # The value is literally the other secret's marker: storing it would store the value.
+        ([("a", "1234567890abcdef"), ("b", "[REDACTED:a]")], "token 1234567890abcdef"),
+        # Or inside every marker.
+        ([("a", "1234567890abcdef"), ("b", "REDACTED")], "token 1234567890abcdef"),
+        # Or formed by the text before a marker and the marker's first character.
+        ([("a", "1234567890abcdef"), ("b", "password[")], "password1234567890abcdef"),
+    ],
+)
+def test_a_secret_that_would_reappear_beside_a_marker_is_refused(
+    secrets: list[tuple[str, str]], text: str
+) -> None:
+    with pytest.raises(SecretBesideMarker) as raised:
+        redact(text, secrets)
+    assert raised.value.secret_id == "b"
 
 
 def test_detectors_do_not_match_inside_markers() -> None:
@@ -251,3 +281,27 @@ def test_no_secret_value_survives(values: list[str], layout: list[tuple[int, str
         assert value not in result.text
     assert sum(result.counts.values()) == len(layout)
     assert set(result.counts) <= {secret_id for secret_id, _ in secrets}
+
+
+def disguise(value: str, data: st.DataObject) -> str:
+    """`value` with some letters full-width and invisible characters slipped in."""
+    out = []
+    for char in value:
+        if data.draw(st.booleans()):
+            char = chr(ord(char) + 0xFEE0)  # the full-width form of an ASCII letter
+        out.append(char)
+        out.append(data.draw(st.sampled_from(["", "", "\u200b", "\u200d", "\u00ad", "\ufeff"])))
+    return "".join(out)
+
+
+@given(st.lists(letters, min_size=1, max_size=3, unique=True), st.data())
+def test_no_disguised_form_of_a_secret_survives(values: list[str], data: st.DataObject) -> None:
+    values = [v for v in values if not any(v != w and v in w for w in values)]
+    secrets = [(f"s{index}", value) for index, value in enumerate(values)]
+    parts = [disguise(values[i % len(values)], data) for i in range(data.draw(st.integers(1, 6)))]
+    fillers = data.draw(st.lists(st.text("0123456789 \u3042", max_size=5), min_size=len(parts)))
+    text = "".join(p + f for p, f in zip(parts, fillers, strict=False))
+    result = redact(text, secrets)
+    for value in values:
+        assert value not in view_of(result.text)
+    assert sum(result.counts.values()) == len(parts)

@@ -87,9 +87,9 @@ def test_revise_checks_the_target_id_and_the_new_content() -> None:
 
 
 def test_state_changes_need_well_formed_unique_ids() -> None:
-    assert fields(validate_state_change(ChangeEntryStates(TARGET, ()))) == ["entry_ids"]
+    assert fields(validate_state_change(ChangeEntryStates(TARGET, ()), LIMITS)) == ["entry_ids"]
     twice = ChangeEntryStates(TARGET, (ENTRY_ID, ENTRY_ID, "mem_ent_x"))
-    assert fields(validate_state_change(twice)) == ["entry_ids[1]", "entry_ids[2]"]
+    assert fields(validate_state_change(twice, LIMITS)) == ["entry_ids[1]", "entry_ids[2]"]
 
 
 def test_organize_needs_a_known_mode() -> None:
@@ -98,6 +98,84 @@ def test_organize_needs_a_known_mode() -> None:
 
 
 def test_a_real_compaction_needs_the_previewed_head_and_a_dry_run_needs_no_request_id() -> None:
-    assert fields(validate_compact(CompactMemory(TARGET, dry_run=False))) == ["expected_revision"]
+    assert fields(validate_compact(CompactMemory(TARGET, dry_run=False), LIMITS)) == [
+        "expected_revision"
+    ]
     preview = CompactMemory(WriteTarget("", "team/memory"), dry_run=True, limit=-1)
-    assert fields(validate_compact(preview)) == ["limit"]
+    assert fields(validate_compact(preview, LIMITS)) == ["limit"]
+
+
+SECRET = Secret("vault", "0123abcd-secret")
+
+
+def test_identifiers_holding_a_request_secret_are_refused_without_the_value() -> None:
+    entry_id = "mem_ent_" + "0123abcd" * 4
+    hex_secret = Secret("hex", "0123abcd0123abcd")
+    command = AppendEntries(
+        WriteTarget(f"req-{SECRET.value}", f"team/{SECRET.value.upper()}-x"),
+        (EntryDraft("x", entry_id=entry_id),),
+        (SECRET, hex_secret),
+    )
+    # memory_ref: upper case is a different value; the entry id holds the hex one.
+    violations = validate_append(command, LIMITS, NOW)
+    assert fields(violations) == ["request_id", "entries[0].entry_id"]
+    assert [v.description for v in violations] == [
+        "must not contain the value of secrets[0]",
+        "must not contain the value of secrets[1]",
+    ]
+    revise = ReviseEntry(
+        WriteTarget("req-1", f"team/{SECRET.value}"), ENTRY_ID, EntryDraft("x"), (SECRET,)
+    )
+    assert fields(validate_revise(revise, LIMITS, NOW)) == ["memory_ref"]
+
+
+def test_a_full_width_form_of_a_secret_in_an_identifier_is_refused() -> None:
+    disguised = "".join(chr(ord(c) + 0xFEE0) if c.isalnum() else c for c in SECRET.value)
+    command = AppendEntries(WriteTarget(disguised, "m"), (EntryDraft("x"),), (SECRET,))
+    assert fields(validate_append(command, LIMITS, NOW)) == ["request_id"]
+
+
+def test_secrets_are_capped_in_number_and_size() -> None:
+    many = tuple(Secret(f"s{n}", f"value-{n:04d}") for n in range(65))
+    assert fields(validate_append(AppendEntries(TARGET, (EntryDraft("x"),), many), BIG, NOW)) == [
+        "secrets"
+    ]
+    assert validate_append(AppendEntries(TARGET, (EntryDraft("x"),), many[:64]), BIG, NOW) == []
+    long = (Secret("big", "v" * 4097),)
+    assert fields(validate_append(AppendEntries(TARGET, (EntryDraft("x"),), long), BIG, NOW)) == [
+        "secrets[0].value"
+    ]
+    invisible = (Secret("zw", "abc\u200b\u200b\u200b\u200b\u200b\u200b"),)
+    command = AppendEntries(TARGET, (EntryDraft("x"),), invisible)
+    assert fields(validate_append(command, BIG, NOW)) == ["secrets[0].value"]
+
+
+BIG = InputLimits(max_entry_size_bytes=4096, max_batch_entries=10, max_request_text_bytes=8192)
+
+
+def test_the_total_text_of_a_request_is_capped() -> None:
+    # Each field is within its own limit; together they are not.
+    entry = EntryDraft("c" * 4000, kind="k" * 64, tags=("t" * 64,), metadata={"k": "v" * 1024})
+    assert validate_append(AppendEntries(TARGET, (entry,)), BIG, NOW) == []
+    (violation,) = validate_append(AppendEntries(TARGET, (entry, entry)), BIG, NOW)
+    assert violation.field == "entries"
+    assert violation.description.endswith("the maximum is 8192")
+    secrets = (Secret("s", "x" * 4000),)
+    assert fields(validate_append(AppendEntries(TARGET, (entry,), secrets), BIG, NOW)) == [
+        "entries"
+    ]
+    revise = ReviseEntry(TARGET, ENTRY_ID, EntryDraft("c" * 4096), secrets, reason="r" * 100)
+    assert fields(validate_revise(revise, BIG, NOW)) == ["entry"]
+
+
+def test_forget_and_compact_check_their_secrets_and_identifiers() -> None:
+    hex_secret = Secret("hex", "0123abcd0123abcd")
+    forget = ChangeEntryStates(
+        WriteTarget("req-1", "m"), (ENTRY_ID, "mem_ent_" + "0123abcd" * 4), "r", (hex_secret,)
+    )
+    assert fields(validate_state_change(forget, LIMITS)) == ["entry_ids[1]"]
+    target = WriteTarget(f"req-{SECRET.value}", "m", 3)
+    compact = CompactMemory(target, dry_run=False, secrets=(SECRET,))
+    assert fields(validate_compact(compact, LIMITS)) == ["request_id"]
+    twice = CompactMemory(WriteTarget("req-1", "m", 3), dry_run=False, secrets=(SECRET, SECRET))
+    assert fields(validate_compact(twice, LIMITS)) == ["secrets[1].secret_id"]

@@ -60,18 +60,20 @@ class ReviseEntryResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_memory_pb2.WriteResult, _Mapping]] = ..., entry: _Optional[_Union[_memory_pb2.EntryVersion, _Mapping]] = ..., redactions: _Optional[_Iterable[_Union[_memory_pb2.RedactionCount, _Mapping]]] = ...) -> None: ...
 
 class ForgetEntriesRequest(_message.Message):
-    __slots__ = ("request_id", "memory_ref", "entry_ids", "reason", "expected_revision")
+    __slots__ = ("request_id", "memory_ref", "entry_ids", "reason", "expected_revision", "secrets")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MEMORY_REF_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     memory_ref: str
     entry_ids: _containers.RepeatedScalarFieldContainer[str]
     reason: str
     expected_revision: int
-    def __init__(self, request_id: _Optional[str] = ..., memory_ref: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., expected_revision: _Optional[int] = ...) -> None: ...
+    secrets: _containers.RepeatedCompositeFieldContainer[_memory_pb2.Secret]
+    def __init__(self, request_id: _Optional[str] = ..., memory_ref: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., expected_revision: _Optional[int] = ..., secrets: _Optional[_Iterable[_Union[_memory_pb2.Secret, _Mapping]]] = ...) -> None: ...
 
 class ForgetEntriesResponse(_message.Message):
     __slots__ = ("result",)
@@ -80,18 +82,20 @@ class ForgetEntriesResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_memory_pb2.WriteResult, _Mapping]] = ...) -> None: ...
 
 class ReactivateEntriesRequest(_message.Message):
-    __slots__ = ("request_id", "memory_ref", "entry_ids", "reason", "expected_revision")
+    __slots__ = ("request_id", "memory_ref", "entry_ids", "reason", "expected_revision", "secrets")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MEMORY_REF_FIELD_NUMBER: _ClassVar[int]
     ENTRY_IDS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     memory_ref: str
     entry_ids: _containers.RepeatedScalarFieldContainer[str]
     reason: str
     expected_revision: int
-    def __init__(self, request_id: _Optional[str] = ..., memory_ref: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., expected_revision: _Optional[int] = ...) -> None: ...
+    secrets: _containers.RepeatedCompositeFieldContainer[_memory_pb2.Secret]
+    def __init__(self, request_id: _Optional[str] = ..., memory_ref: _Optional[str] = ..., entry_ids: _Optional[_Iterable[str]] = ..., reason: _Optional[str] = ..., expected_revision: _Optional[int] = ..., secrets: _Optional[_Iterable[_Union[_memory_pb2.Secret, _Mapping]]] = ...) -> None: ...
 
 class ReactivateEntriesResponse(_message.Message):
     __slots__ = ("result",)
@@ -120,20 +124,22 @@ class OrganizeMemoryResponse(_message.Message):
     def __init__(self, result: _Optional[_Union[_memory_pb2.WriteResult, _Mapping]] = ..., deactivated_entry_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CompactMemoryRequest(_message.Message):
-    __slots__ = ("request_id", "memory_ref", "dry_run", "limit", "reason", "expected_revision")
+    __slots__ = ("request_id", "memory_ref", "dry_run", "limit", "reason", "expected_revision", "secrets")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     MEMORY_REF_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     memory_ref: str
     dry_run: bool
     limit: int
     reason: str
     expected_revision: int
-    def __init__(self, request_id: _Optional[str] = ..., memory_ref: _Optional[str] = ..., dry_run: _Optional[bool] = ..., limit: _Optional[int] = ..., reason: _Optional[str] = ..., expected_revision: _Optional[int] = ...) -> None: ...
+    secrets: _containers.RepeatedCompositeFieldContainer[_memory_pb2.Secret]
+    def __init__(self, request_id: _Optional[str] = ..., memory_ref: _Optional[str] = ..., dry_run: _Optional[bool] = ..., limit: _Optional[int] = ..., reason: _Optional[str] = ..., expected_revision: _Optional[int] = ..., secrets: _Optional[_Iterable[_Union[_memory_pb2.Secret, _Mapping]]] = ...) -> None: ...
 
 class CompactMemoryResponse(_message.Message):
     __slots__ = ("dry_run", "entry_ids", "reclaimed_bytes", "revision", "capacity")
