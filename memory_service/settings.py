@@ -17,6 +17,10 @@ from servicekit.settings import (
 TOKEN_COUNTERS = ("o200k_base", "cl100k_base", "chars")
 
 
+# What a write's reply adds per entry beside its text: ids, hashes, sizes, field tags.
+REPLY_BYTES_PER_ENTRY = 1024
+
+
 @dataclass(frozen=True)
 class MemorySettings:
     server: ServerSettings
@@ -53,13 +57,27 @@ class MemorySettings:
                 f"RATION_MEMORY_MAX_MANIFEST_ENTRIES ({manifest})"
             )
         entry_bytes = env.integer("RATION_MEMORY_MAX_ENTRY_BYTES", 65536, minimum=16)
+        server = ServerSettings.from_env(env, "memory", 50052, 9465)
+        batch = env.integer("RATION_MEMORY_MAX_BATCH_ENTRIES", 100, minimum=1)
+        # Default: 1 MiB, or less where a smaller message limit leaves less room for the reply.
+        room = server.max_response_bytes - batch * REPLY_BYTES_PER_ENTRY
         request_text = env.integer(
             "RATION_MEMORY_MAX_REQUEST_TEXT_BYTES",
-            max(1024 * 1024, entry_bytes),
+            max(min(1024 * 1024, room), entry_bytes),
             minimum=entry_bytes,
         )
+        # A write's reply echoes its entries: a request the limits accept must leave room for
+        # its reply, or it would commit and then fail in transport on every retry.
+        reply_bound = request_text + batch * REPLY_BYTES_PER_ENTRY
+        if reply_bound > server.max_response_bytes:
+            raise SettingsError(
+                f"RATION_MEMORY_MAX_REQUEST_TEXT_BYTES={request_text} is invalid: with "
+                f"RATION_MEMORY_MAX_BATCH_ENTRIES={batch} a write's reply may reach "
+                f"{reply_bound} bytes, over the {server.max_response_bytes} bytes an answer may "
+                "take (RATION_MAX_MESSAGE_BYTES)"
+            )
         return cls(
-            server=ServerSettings.from_env(env, "memory", 50052, 9465),
+            server=server,
             database=DatabaseSettings.from_env(env),
             max_active_entries=active,
             max_manifest_entries=manifest,
@@ -74,7 +92,7 @@ class MemorySettings:
                 "RATION_MEMORY_MAX_HISTORY_REVISIONS", 100, minimum=1
             ),
             max_entry_size_bytes=entry_bytes,
-            max_batch_entries=env.integer("RATION_MEMORY_MAX_BATCH_ENTRIES", 100, minimum=1),
+            max_batch_entries=batch,
             max_request_text_bytes=request_text,
             list_limit_cap=env.integer("RATION_MEMORY_LIST_LIMIT_CAP", 1000, minimum=1),
             token_counter=env.choice("RATION_MEMORY_TOKEN_COUNTER", "o200k_base", TOKEN_COUNTERS),

@@ -49,6 +49,12 @@ def test_wildcard_bind_without_tokens_is_refused_with_a_clear_message() -> None:
         ({"RATION_MEMORY_MAX_MANIFEST_BYTES": "1023"}, "RATION_MEMORY_MAX_MANIFEST_BYTES"),
         ({"RATION_MEMORY_MAX_ACTIVE_ENTRIES": "0"}, "RATION_MEMORY_MAX_ACTIVE_ENTRIES"),
         ({"RATION_MEMORY_TOKEN_COUNTER": "words"}, "RATION_MEMORY_TOKEN_COUNTER"),
+        # A write whose reply could not fit the message limit would commit, then fail in transport.
+        ({"RATION_MEMORY_MAX_REQUEST_TEXT_BYTES": str(4 * 1024 * 1024)},
+         "RATION_MEMORY_MAX_REQUEST_TEXT_BYTES"),
+        ({"RATION_MAX_MESSAGE_BYTES": str(1024 * 1024),
+          "RATION_MEMORY_MAX_REQUEST_TEXT_BYTES": str(1024 * 1024)},
+         "RATION_MEMORY_MAX_REQUEST_TEXT_BYTES"),
     ],
 )  # fmt: skip
 def test_bad_memory_capacity_budget_is_refused(env: dict[str, str], variable: str) -> None:
