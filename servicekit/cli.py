@@ -95,6 +95,8 @@ async def _serve(names: Sequence[str], env: Env) -> int:
             for runner in runners:
                 if runner.error is not None:
                     ready.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await ready
                     raise runner.error  # exit 2 with its message (main)
             if not stop.is_set():
                 say("ready: all services SERVING (Ctrl-C to stop)")
