@@ -56,8 +56,14 @@ _READ_RUN = f"{_RUN_SNAPSHOT} WHERE r.tenant_id = $1 AND r.run_id = $2"
 
 # Several runs of one tenant (Check, batched by servicekit/coalesce.py): one key lookup per
 # run id (LATERAL ... LIMIT 1), so an unanalyzed table cannot turn the list into a scan.
+# The statement enters the tenant itself, so Check stays one round trip with no transaction:
+# set_config(..., true) is local to the statement's own transaction, and the run ids are
+# unnested from an expression of its result, so every read of a table is a LATERAL step after
+# it (a nested loop runs its outer side first). Were it ever evaluated later, the policies
+# would see no tenant and the read would find nothing: it fails closed, never open.
 _READ_RUNS = f"""
-SELECT one.* FROM unnest($2::text[]) AS wanted (run_id)
+SELECT one.* FROM (SELECT set_config('ration.tenant_id', $1, true) AS tenant) AS entered
+CROSS JOIN LATERAL unnest(CASE WHEN entered.tenant = $1 THEN $2::text[] END) AS wanted (run_id)
 CROSS JOIN LATERAL (
     {_RUN_SNAPSHOT} WHERE r.tenant_id = $1 AND r.run_id = wanted.run_id LIMIT 1
 ) AS one"""
@@ -158,7 +164,8 @@ async def read_run(conn: asyncpg.Connection, tenant: str, run_id: str) -> RunSna
 async def read_runs(
     conn: asyncpg.Connection, tenant: str, run_ids: Sequence[str]
 ) -> dict[str, RunSnapshot]:
-    """read_run of several runs in one statement; unknown run ids are absent."""
+    """read_run of several runs in one statement, which enters the tenant itself (needs no
+    transaction of its own); unknown run ids are absent."""
     rows_found = await conn.fetch(_READ_RUNS, tenant, list(run_ids))
     return {row["run_id"]: _snapshot(row) for row in rows_found}
 

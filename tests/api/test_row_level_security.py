@@ -13,13 +13,21 @@ import asyncpg
 import grpc
 import pgroles
 import pytest
-from budget_support import Budget
+from budget_support import Budget, rpc_error
 from conftest import StartServer, all_migrations
 from memory_support import Memory
+from prometheus_client import CollectorRegistry
 
-from servicekit.db import enter_tenant
+from budget_service import store_reads
+from budget_service.metrics import BudgetMetrics
+from budget_service.settings import BudgetSettings
+from budget_service.sweeper import Sweeper
+from budget_service.transactions import Transactions
+from ration.budget.v1 import budget_pb2 as pb
+from servicekit.db import Database, enter_tenant
 from servicekit.dbrole import privilege_problem
 from servicekit.migrations import migrate
+from servicekit.settings import Env
 
 TENANT_TABLES = """
 SELECT n.nspname || '.' || c.relname AS name, c.relrowsecurity, c.relforcerowsecurity,
@@ -70,7 +78,10 @@ async def as_tenant(url: str, tenant: str | None, sql: str, *args: Any) -> list[
 async def budget_pair(
     start_server: StartServer, token_file: Path
 ) -> AsyncIterator[tuple[Budget, Budget]]:
-    runner = await start_server("budget", RATION_TOKEN_FILE=str(token_file))
+    # The server's own sweeper sweeps once at start, then not during a test.
+    runner = await start_server(
+        "budget", RATION_TOKEN_FILE=str(token_file), RATION_SWEEP_INTERVAL_MS="3600000"
+    )
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
         yield Budget(channel, bearer("alpha-token")), Budget(channel, bearer("beta-token"))
 
@@ -121,6 +132,24 @@ async def test_a_memory_read_without_the_app_filter_sees_only_the_callers_rows(
     assert await as_tenant(app_database_url, None, everything) == []
 
 
+async def test_check_enters_the_tenant_itself_and_sees_only_the_callers_runs(
+    budget_pair: tuple[Budget, Budget],
+    db: asyncpg.Connection,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    alpha, beta = budget_pair
+    await alpha.open_run("run-a", max_tokens=1000)
+    # Check's one statement without the application's tenant filter.
+    stripped = store_reads._READ_RUNS.replace("r.tenant_id = $1 AND ", "")
+    assert stripped != store_reads._READ_RUNS
+    monkeypatch.setattr(store_reads, "_READ_RUNS", stripped)
+    assert (await rpc_error(beta.check("run-a", tokens=5))).reason == "RUN_NOT_FOUND"
+    assert (await alpha.check("run-a", tokens=5)).would_grant
+    # The control: with row-level security off, the stripped statement does find alpha's run.
+    await db.execute("ALTER TABLE budget.runs DISABLE ROW LEVEL SECURITY")
+    assert (await beta.check("run-a", tokens=5)).would_grant
+
+
 async def test_writes_for_another_tenant_are_refused_by_the_policy(
     app_database_url: str,
 ) -> None:
@@ -160,6 +189,36 @@ async def test_upkeep_crosses_tenants_only_through_its_functions(
             assert await conn.fetchval("SELECT count(*) FROM budget.holds") == 0
     finally:
         await conn.close()
+
+
+async def test_the_sweeper_expires_and_gauges_every_tenant_as_the_application_role(
+    budget_pair: tuple[Budget, Budget], db: asyncpg.Connection, app_database_url: str
+) -> None:
+    for budget in budget_pair:
+        await budget.put_scope(
+            pb.SCOPE_PROJECT, "shared", kind=pb.SCOPE_BUDGET_KIND_POOLED, max_tokens=100
+        )
+        await budget.open_run("run", project_id="shared")
+        await budget.reserve("run", tokens=30)
+    await db.execute("UPDATE budget.holds SET expires_at = now() - interval '1 second'")
+    registry = CollectorRegistry()
+    settings = BudgetSettings.from_env(Env({}))
+    database = Database(app_database_url, settings.database)
+    await database.connect()
+    try:
+        sweeper = Sweeper(Transactions(database, settings, BudgetMetrics(registry)))
+        assert await sweeper.sweep() == 2  # both tenants' overdue holds, as the app role
+    finally:
+        await database.close()
+    states = await db.fetch("SELECT tenant_id, state FROM budget.holds ORDER BY tenant_id")
+    assert [tuple(r) for r in states] == [("alpha", "expired"), ("beta", "expired")]
+    gauges = {
+        s.labels["tenant"]: s.value
+        for m in registry.collect()
+        for s in m.samples
+        if s.name == "ration_budget_pool_remaining" and s.labels["dimension"] == "tokens"
+    }
+    assert gauges == {"alpha": 100.0, "beta": 100.0}
 
 
 async def test_migrations_run_as_a_non_superuser_owner_on_a_fresh_database(
