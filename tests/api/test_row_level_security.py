@@ -23,10 +23,11 @@ from budget_service.metrics import BudgetMetrics
 from budget_service.settings import BudgetSettings
 from budget_service.sweeper import Sweeper
 from budget_service.transactions import Transactions
+from memory_service.app import MIGRATIONS as MEMORY
 from ration.budget.v1 import budget_pb2 as pb
 from servicekit.db import Database, enter_tenant
 from servicekit.dbrole import privilege_problem
-from servicekit.migrations import migrate
+from servicekit.migrations import MigrationDrift, migrate
 from servicekit.settings import Env
 
 TENANT_TABLES = """
@@ -248,3 +249,21 @@ async def test_migrations_run_as_a_non_superuser_owner_on_a_fresh_database(
         " VALUES ('alpha', 'r1', '', '') RETURNING tenant_id",
     )
     assert [r["tenant_id"] for r in written] == ["alpha"]
+
+
+async def test_a_database_that_applied_the_first_text_of_memory_0003_stays_valid(
+    db: asyncpg.Connection,
+) -> None:
+    (first_text,) = MEMORY.rewritten[3]
+    await db.execute(
+        "UPDATE public.ration_migrations SET checksum = $1"
+        " WHERE schema_name = 'memory' AND version = 3",
+        first_text,
+    )
+    assert await migrate(db, all_migrations()) == []  # accepted: no drift, nothing to apply
+    await db.execute(
+        "UPDATE public.ration_migrations SET checksum = 'edited'"
+        " WHERE schema_name = 'memory' AND version = 3"
+    )
+    with pytest.raises(MigrationDrift):
+        await migrate(db, all_migrations())
