@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from budget_service import store_reads
 from budget_service.metrics import BudgetMetrics
+from budget_service.policy import Dimension
 from budget_service.settings import BudgetSettings
 from budget_service.sweeper import Sweeper
 from budget_service.transactions import Transactions
@@ -202,24 +203,21 @@ async def test_the_sweeper_expires_and_gauges_every_tenant_as_the_application_ro
         await budget.open_run("run", project_id="shared")
         await budget.reserve("run", tokens=30)
     await db.execute("UPDATE budget.holds SET expires_at = now() - interval '1 second'")
-    registry = CollectorRegistry()
     settings = BudgetSettings.from_env(Env({}))
     database = Database(app_database_url, settings.database)
     await database.connect()
     try:
-        sweeper = Sweeper(Transactions(database, settings, BudgetMetrics(registry)))
-        assert await sweeper.sweep() == 2  # both tenants' overdue holds, as the app role
+        tx = Transactions(database, settings, BudgetMetrics(CollectorRegistry()))
+        assert await Sweeper(tx).sweep() == 2  # both tenants' overdue holds, as the app role
+        pools = await tx.upkeep(store_reads.all_pools)  # what the pool gauges are made of
     finally:
         await database.close()
     states = await db.fetch("SELECT tenant_id, state FROM budget.holds ORDER BY tenant_id")
     assert [tuple(r) for r in states] == [("alpha", "expired"), ("beta", "expired")]
-    gauges = {
-        s.labels["tenant"]: s.value
-        for m in registry.collect()
-        for s in m.samples
-        if s.name == "ration_budget_pool_remaining" and s.labels["dimension"] == "tokens"
-    }
-    assert gauges == {"alpha": 100.0, "beta": 100.0}
+    assert sorted(tenant for tenant, _ in pools) == ["alpha", "beta"]
+    for _, pool in pools:
+        assert pool.budget.scope_id == "shared"
+        assert pool.balance.held[Dimension.TOKENS] == 0  # the expired holds let go of the pool
 
 
 async def test_migrations_run_as_a_non_superuser_owner_on_a_fresh_database(
