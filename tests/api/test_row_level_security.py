@@ -265,3 +265,27 @@ async def test_a_database_that_applied_the_first_text_of_memory_0003_stays_valid
     )
     with pytest.raises(MigrationDrift):
         await migrate(db, all_migrations())
+
+
+async def test_every_upkeep_function_is_security_definer_and_not_executable_by_public(
+    db: asyncpg.Connection,
+) -> None:
+    rows = await db.fetch(
+        "SELECT p.oid::regprocedure::text AS name,"
+        " EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a"
+        "         WHERE a.grantee = 0 AND a.privilege_type = 'EXECUTE') AS public_execute"
+        " FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+        " WHERE n.nspname IN ('budget', 'memory') AND p.prosecdef"
+    )
+    names = sorted(r["name"].split("(")[0] for r in rows)
+    assert names == [
+        "budget.forget_watchers",
+        "budget.open_hold_count",
+        "budget.overdue_runs",
+        "budget.pool_gauges",
+        "budget.purge_request_log",
+        "budget.purge_watchers",
+        "budget.refresh_watchers",
+        "memory.purge_request_log",
+    ]
+    assert [r["name"] for r in rows if r["public_execute"]] == []
