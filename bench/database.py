@@ -15,6 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 
+from servicekit import pgroles
+
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
@@ -78,15 +80,47 @@ def postgres_server() -> Iterator[Server]:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+def with_user(url: str, user: str, password: str) -> str:
+    """The same server and database as another user (host and socket URLs alike)."""
+    parts = urlsplit(url)
+    netloc = f"{user}:{password}@{parts.netloc.rpartition('@')[2]}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+@dataclass(frozen=True)
+class BenchDatabase:
+    """The bench database: `url` as the server's superuser (pgbench, VACUUM), and the two roles
+    the services run with, as deployed (README, Postgres roles)."""
+
+    url: str
+    owner_url: str
+    app_url: str
+
+    def service_env(self) -> dict[str, str]:
+        """The services connect as the application role and migrate as the owner."""
+        return {"RATION_DATABASE_URL": self.app_url, "RATION_MIGRATE_DATABASE_URL": self.owner_url}
+
+
 @contextlib.contextmanager
-def bench_database(server: Server) -> Iterator[str]:
-    """CREATE DATABASE ration_bench_<hex>; yields its URL; DROP DATABASE … WITH (FORCE) after."""
-    name = f"ration_bench_{secrets.token_hex(6)}"
-    asyncio.run(admin(server.url, f'CREATE DATABASE "{name}"'))
+def bench_database(server: Server) -> Iterator[BenchDatabase]:
+    """CREATE DATABASE ration_bench_<hex> owned by a fresh owner role, with a fresh application
+    role (the operator's SQL, servicekit/pgroles.py); DROP DATABASE … WITH (FORCE) and both roles
+    after. Role names are unique per run: roles are cluster-wide."""
+    tag = secrets.token_hex(6)
+    name, owner, app, password = f"ration_bench_{tag}", f"rb_own_{tag}", f"rb_app_{tag}", tag
+    url = with_database(server.url, name)
+    asyncio.run(admin(server.url, *pgroles.role_statements(owner, app, password, password)))
     try:
-        yield with_database(server.url, name)
+        asyncio.run(admin(server.url, pgroles.database_statement(name, owner)))
+        try:
+            asyncio.run(admin(url, *pgroles.database_statements(owner, app)))
+            yield BenchDatabase(url, with_user(url, owner, password), with_user(url, app, password))
+        finally:
+            asyncio.run(admin(server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
-        asyncio.run(admin(server.url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(
+            admin(server.url, f'DROP ROLE IF EXISTS "{app}"', f'DROP ROLE IF EXISTS "{owner}"')
+        )
 
 
 def server_version(url: str) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from bench import machine, pgbench, sizing
 from bench.budget_flow import BudgetFlow
 from bench.database import (
+    BenchDatabase,
     Server,
     bench_database,
     max_connections,
@@ -122,7 +123,8 @@ class Runner:
         self.results.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         try:
             self._sizing()
-            with postgres_server() as server, bench_database(server) as url:
+            with postgres_server() as server, bench_database(server) as database:
+                url = database.url
                 self.results.machine = machine.describe(server_version(url), server.source)
                 self.results.machine.update(
                     server_workers=self.config.workers,
@@ -134,8 +136,12 @@ class Runner:
                 self._guarded(self.results.ceilings, pgb, lambda: self._pgbench(server, url))
                 echo = ["echo"] if self.config.selected("echo") else []
                 self._guarded(self.results.ceilings, echo, self._echo)
-                self._guarded(self.results.figures, self._budget_names(), lambda: self._budget(url))
-                self._guarded(self.results.figures, self._memory_names(), lambda: self._memory(url))
+                self._guarded(
+                    self.results.figures, self._budget_names(), lambda: self._budget(database)
+                )
+                self._guarded(
+                    self.results.figures, self._memory_names(), lambda: self._memory(database)
+                )
         finally:
             self.results.elapsed_s = round(time.monotonic() - started, 1)
             self.results.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -227,8 +233,11 @@ class Runner:
             figure["worker_share"] = [round(d / sum(done), 3) for d in done]
         return figure
 
-    def service(self, name: str, url: str) -> ServerProcess:
-        server = start_service(name, self.config.workers, url, self.log_dir, {})
+    def service(self, name: str, database: BenchDatabase) -> ServerProcess:
+        """The service as deployed: connected as the application role, migrating as the owner."""
+        env = database.service_env()
+        url = env.pop("RATION_DATABASE_URL")
+        server = start_service(name, self.config.workers, url, self.log_dir, env)
         try:
             server.wait_ready()
         except BaseException:
@@ -236,14 +245,14 @@ class Runner:
             raise
         return server
 
-    def _budget(self, url: str) -> None:
+    def _budget(self, database: BenchDatabase) -> None:
         names = self._budget_names()
         if names:
-            with self.service("budget", url) as server:
+            with self.service("budget", database) as server:
                 BudgetFlow(self, server, names).run()
 
-    def _memory(self, url: str) -> None:
+    def _memory(self, database: BenchDatabase) -> None:
         kinds = [n for n in FIGURES if n.startswith("memory.") and self.config.selected(n)]
         if kinds:
-            with self.service("memory", url) as server:
-                MemoryFlow(self, server, kinds, url).run()
+            with self.service("memory", database) as server:
+                MemoryFlow(self, server, kinds, database.url).run()

@@ -1,4 +1,6 @@
-"""Budget SQL of the one-round-trip path: calls the server-side functions of migration 0003.
+"""Budget SQL of the one-round-trip path: calls the server-side functions of migration 0003
+through their tenant entries of migration 0005 (which set ration.tenant_id for row-level
+security from the tenant argument, in the same statement).
 
 Each call is one statement and so its own transaction: the request-log check, the run lock,
 the decision, every write and the stored reply commit together, and the run row is locked only
@@ -24,12 +26,13 @@ DONE, REPLAY, REUSED, NOT_FOUND, SLOW = "done", "replay", "reused", "not_found",
 
 _RESERVE = (
     "SELECT outcome, response, tally"
-    " FROM budget.reserve($1, $2, $3, $4, $5, $6, $7::bigint[], $8, $9, $10)"
+    " FROM budget.reserve_as_tenant($1, $2, $3, $4, $5, $6, $7::bigint[], $8, $9, $10)"
 )
 _CONSUME = (
-    "SELECT outcome, response, tally FROM budget.consume($1, $2, $3, $4, $5, $6, $7::bigint[])"
+    "SELECT outcome, response, tally"
+    " FROM budget.consume_as_tenant($1, $2, $3, $4, $5, $6, $7::bigint[])"
 )
-_RELEASE = "SELECT outcome, response, tally FROM budget.release($1, $2, $3, $4, $5)"
+_RELEASE = "SELECT outcome, response, tally FROM budget.release_as_tenant($1, $2, $3, $4, $5)"
 
 # A twin with the same request id on another run committed first: the statement rolled back,
 # and running it again replays the twin's reply (or refuses a reused id).

@@ -62,6 +62,7 @@ class Reservations:
         self._snapshots: Coalescer[str, str, RunSnapshot] = Coalescer(self._read_runs)
 
     async def _read_runs(self, tenant: str, run_ids: Sequence[str]) -> dict[str, RunSnapshot]:
+        # One statement that enters the tenant itself: no transaction round trips.
         return await self._tx.db.read(lambda conn: store_reads.read_runs(conn, tenant, run_ids))
 
     def _count(self, tally: Tally) -> None:

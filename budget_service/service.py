@@ -115,7 +115,7 @@ class BudgetService:
         )
 
     async def get_run(self, tenant: str, run_id: str) -> RunView:
-        return await self._tx.read(lambda conn: self._view(conn, tenant, run_id))
+        return await self._tx.read(tenant, lambda conn: self._view(conn, tenant, run_id))
 
     async def close_run(
         self,
@@ -188,7 +188,7 @@ class BudgetService:
             page = found[:page_size]
             return EventsPage(run, page, page[-1].seq if more else None)
 
-        return await self._tx.read(work)
+        return await self._tx.read(tenant, work)
 
     async def watch(
         self, tenant: str, run_id: str, after_seq: int
@@ -198,7 +198,9 @@ class BudgetService:
         throughout (TOO_MANY_STREAMS when none is free)."""
         with self._streams.slot(tenant):
             async with self._hub.subscribe(tenant, run_id) as subscription:
-                run = await self._tx.read(lambda conn: store_reads.get_run(conn, tenant, run_id))
+                run = await self._tx.read(
+                    tenant, lambda conn: store_reads.get_run(conn, tenant, run_id)
+                )
                 if run is None:
                     raise run_not_found()
                 last = after_seq
@@ -215,7 +217,7 @@ class BudgetService:
         async def work(conn: asyncpg.Connection) -> list[StoredEvent]:
             return await store_reads.list_events(conn, tenant, run_id, after, WATCH_BATCH)
 
-        return await self._tx.read(work)
+        return await self._tx.read(tenant, work)
 
     # --- scope budgets --------------------------------------------------------------------
 
@@ -241,7 +243,7 @@ class BudgetService:
                 raise scope_budget_not_found()
             return ScopeBudgetView(*found)
 
-        return await self._tx.read(work)
+        return await self._tx.read(tenant, work)
 
     async def delete_scope_budget(
         self, tenant: str, mutation: Mutation, key: ScopeKey, encode: Callable[[None], bytes]

@@ -56,8 +56,14 @@ _READ_RUN = f"{_RUN_SNAPSHOT} WHERE r.tenant_id = $1 AND r.run_id = $2"
 
 # Several runs of one tenant (Check, batched by servicekit/coalesce.py): one key lookup per
 # run id (LATERAL ... LIMIT 1), so an unanalyzed table cannot turn the list into a scan.
+# The statement enters the tenant itself, so Check stays one round trip with no transaction:
+# set_config(..., true) is local to the statement's own transaction, and the run ids are
+# unnested from an expression of its result, so every read of a table is a LATERAL step after
+# it (a nested loop runs its outer side first). Were it ever evaluated later, the policies
+# would see no tenant and the read would find nothing: it fails closed, never open.
 _READ_RUNS = f"""
-SELECT one.* FROM unnest($2::text[]) AS wanted (run_id)
+SELECT one.* FROM (SELECT set_config('ration.tenant_id', $1, true) AS tenant) AS entered
+CROSS JOIN LATERAL unnest(CASE WHEN entered.tenant = $1 THEN $2::text[] END) AS wanted (run_id)
 CROSS JOIN LATERAL (
     {_RUN_SNAPSHOT} WHERE r.tenant_id = $1 AND r.run_id = wanted.run_id LIMIT 1
 ) AS one"""
@@ -65,8 +71,6 @@ CROSS JOIN LATERAL (
 _GET_SCOPE_BUDGET = f"""
 SELECT v.*, now() AS db_now FROM ({_POOL_VIEW}
     WHERE s.tenant_id = $1 AND s.scope = $2 AND s.scope_id = $3 AND s.kind = $4) v"""
-
-_ALL_POOLS = f"SELECT v.*, now() AS db_now FROM ({_POOL_VIEW} WHERE s.kind = 'pooled') v"
 
 _SCOPE_BUDGETS_OF = """
 SELECT * FROM budget.scope_budgets
@@ -106,24 +110,13 @@ SELECT seq, type, payload_json, created_at FROM budget.events
 WHERE tenant_id = $1 AND run_id = $2 AND seq > $3
 ORDER BY seq LIMIT $4"""
 
-_OVERDUE_RUNS = """
-SELECT DISTINCT tenant_id, run_id FROM budget.holds
-WHERE state = 'open' AND expires_at <= now() LIMIT $1"""
+# Cross-tenant upkeep: SECURITY DEFINER functions of migration 0005, the one narrow way past
+# row-level security (each does one fixed thing and returns ids, counts or balances).
+_OVERDUE_RUNS = "SELECT tenant_id, run_id FROM budget.overdue_runs($1)"
 
-_OPEN_HOLDS = "SELECT count(*) FROM budget.holds WHERE state = 'open' AND expires_at > now()"
+_OPEN_HOLDS = "SELECT budget.open_hold_count()"
 
-# Walks the distinct tenants through the primary key (a loose index scan), then deletes each
-# tenant's old responses through its (tenant_id, created_at) index.
-_PURGE_REQUESTS = """
-WITH RECURSIVE tenants AS (
-    (SELECT tenant_id FROM budget.request_log ORDER BY tenant_id LIMIT 1)
-    UNION ALL
-    SELECT (SELECT r.tenant_id FROM budget.request_log r WHERE r.tenant_id > t.tenant_id
-            ORDER BY r.tenant_id LIMIT 1)
-    FROM tenants t WHERE t.tenant_id IS NOT NULL
-)
-DELETE FROM budget.request_log r USING tenants t
-WHERE r.tenant_id = t.tenant_id AND r.created_at < now() - make_interval(hours => $1)"""
+_ALL_POOLS = "SELECT pool FROM budget.pool_gauges() AS pool"
 
 
 @dataclass(frozen=True)
@@ -171,7 +164,8 @@ async def read_run(conn: asyncpg.Connection, tenant: str, run_id: str) -> RunSna
 async def read_runs(
     conn: asyncpg.Connection, tenant: str, run_ids: Sequence[str]
 ) -> dict[str, RunSnapshot]:
-    """read_run of several runs in one statement; unknown run ids are absent."""
+    """read_run of several runs in one statement, which enters the tenant itself (needs no
+    transaction of its own); unknown run ids are absent."""
     rows_found = await conn.fetch(_READ_RUNS, tenant, list(run_ids))
     return {row["run_id"]: _snapshot(row) for row in rows_found}
 
@@ -281,11 +275,7 @@ async def count_open_holds(conn: asyncpg.Connection) -> int:
     return int(await conn.fetchval(_OPEN_HOLDS))
 
 
-async def purge_requests(conn: asyncpg.Connection, retention_hours: int) -> int:
-    status = await conn.execute(_PURGE_REQUESTS, retention_hours)
-    return int(status.split()[-1])
-
-
 async def all_pools(conn: asyncpg.Connection) -> list[tuple[str, PoolView]]:
     """Every tenant's pooled budgets with their current window's balance (for gauges)."""
-    return [(r["tenant_id"], _pool_view(r, r["db_now"])) for r in await conn.fetch(_ALL_POOLS)]
+    found = [json.loads(r["pool"]) for r in await conn.fetch(_ALL_POOLS)]
+    return [(p["tenant_id"], _pool_view(p, _timestamp(p["db_now"]))) for p in found]

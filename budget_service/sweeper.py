@@ -10,8 +10,9 @@ import asyncpg
 
 from budget_service import store_reads, watchers
 from budget_service.metrics import Tally
-from budget_service.transactions import Transactions
+from budget_service.transactions import REQUEST_LOG, Transactions
 from budget_service.unit import RunUnit
+from servicekit.idempotency import forget_older_than
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +24,10 @@ STALE_WATCHER_SECONDS = 600.0
 
 
 class Sweeper:
-    """Safe on every replica at once: each run is expired in its own short transaction under
+    """Cross-tenant steps (finding overdue runs, retention, gauges) go through the owner's
+    narrow upkeep functions (Transactions.upkeep); each run is expired as its own tenant.
+
+    Safe on every replica at once: each run is expired in its own short transaction under
     its row lock, skipping runs another replica or a live call holds (SKIP LOCKED); the
     transitions are guarded by state = 'open', so a hold still ends exactly once."""
 
@@ -42,15 +46,15 @@ class Sweeper:
 
     async def sweep(self) -> int:
         """One pass; returns how many holds it expired."""
-        runs = await self._tx.read(lambda conn: store_reads.overdue_runs(conn, SWEEP_BATCH))
+        runs = await self._tx.upkeep(lambda conn: store_reads.overdue_runs(conn, SWEEP_BATCH))
         expired = 0
         for tenant, run_id in runs:
             expired += await self._expire(tenant, run_id)
         if time.monotonic() - self._last_purge >= PURGE_EVERY_SECONDS:
             self._last_purge = time.monotonic()
             hours = self._tx.settings.idempotency_retention_hours
-            await self._tx.db.transaction(lambda conn: store_reads.purge_requests(conn, hours))
-            await self._tx.db.transaction(lambda conn: watchers.purge(conn, STALE_WATCHER_SECONDS))
+            await self._tx.upkeep(lambda conn: forget_older_than(conn, REQUEST_LOG, hours))
+            await self._tx.upkeep(lambda conn: watchers.purge(conn, STALE_WATCHER_SECONDS))
         await self._refresh_gauges()
         return expired
 
@@ -65,7 +69,7 @@ class Sweeper:
             tally.holds_ended(unit.hold_ends)
             return len(unit.hold_ends)
 
-        count = await self._tx.db.transaction(work)
+        count = await self._tx.tenant(tenant).transaction(work)
         self._tx.metrics.apply(tally)
         return count
 
@@ -75,7 +79,7 @@ class Sweeper:
         ) -> tuple[int, list[tuple[str, store_reads.PoolView]]]:
             return await store_reads.count_open_holds(conn), await store_reads.all_pools(conn)
 
-        open_holds, pools = await self._tx.read(work)
+        open_holds, pools = await self._tx.upkeep(work)
         self._tx.metrics.holds_open.set(open_holds)
         self._tx.metrics.set_pools(
             (tenant, pool.balance.key.ref, pool.balance.judged(pool.budget.policy))

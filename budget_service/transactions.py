@@ -18,6 +18,7 @@ from budget_service.unit import AlreadyApplied
 from servicekit.db import Database
 from servicekit.errors import DomainError
 from servicekit.idempotency import RequestKey, idempotent
+from servicekit.tenancy import TenantDatabase, for_tenant
 
 T = TypeVar("T")
 REQUEST_LOG = "budget.request_log"
@@ -33,7 +34,11 @@ class _Attempt:
 
 class Transactions:
     """Runs each use case as one transaction; metrics are counted after commit, never on
-    replays, rolled-back attempts or refusals that rolled back."""
+    replays, rolled-back attempts or refusals that rolled back.
+
+    Every transaction of a tenant's call enters that tenant (servicekit/tenancy.py), so
+    row-level security backs every tenant filter; `upkeep` is the sweeper's cross-tenant way,
+    through the owner's narrow functions of migration 0005 only."""
 
     def __init__(self, db: Database, settings: BudgetSettings, metrics: BudgetMetrics) -> None:
         self.db = db
@@ -69,7 +74,7 @@ class Transactions:
 
         key = RequestKey.of(tenant, mutation.request_id, mutation.method, mutation.payload)
         try:
-            data = await idempotent(self.db, REQUEST_LOG, key, attempt)
+            data = await idempotent(self.tenant(tenant), REQUEST_LOG, key, attempt)
         except DomainError as error:
             if error is last.out:  # identity: this attempt's refusal is what committed
                 self.metrics.apply(last.tally)
@@ -78,8 +83,16 @@ class Transactions:
             self.metrics.apply(last.tally)
         return data
 
-    async def read(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-        return await self.db.read(work)
+    def tenant(self, tenant: str) -> TenantDatabase:
+        return for_tenant(self.db, tenant)
+
+    async def read(self, tenant: str, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        return await self.tenant(tenant).read(work)
+
+    async def upkeep(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Cross-tenant upkeep: `work` may call only the SECURITY DEFINER upkeep functions (as
+        the application role it sees no tenant's rows otherwise); each statement commits."""
+        return await self.db.statement(work)
 
     def enforcement(self, scope_advisory: bool) -> Enforcement:
         advisory = self.host_advisory or scope_advisory

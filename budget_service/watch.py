@@ -15,6 +15,7 @@ import asyncpg
 
 from budget_service import watchers
 from servicekit.db import Database
+from servicekit.tenancy import for_tenant
 
 log = logging.getLogger(__name__)
 # The listening connection's application_name, so operators (and tests) can find it.
@@ -36,6 +37,11 @@ class Subscription:
 
     async def wait(self) -> None:
         await self._woken.wait()
+
+
+async def _register_as_tenant(db: Database, key: watchers.Key, hub_id: str) -> None:
+    """Registering reads the run, so it runs as the run's tenant (row-level security)."""
+    await for_tenant(db, key[0]).transaction(lambda conn: watchers.register(conn, key, hub_id))
 
 
 class EventHub:
@@ -86,7 +92,7 @@ class EventHub:
         db = self._db
         async with self._registering:
             if key not in self._registered:
-                await db.transaction(lambda conn: watchers.register(conn, key, self.hub_id))
+                await _register_as_tenant(db, key, self.hub_id)
                 self._registered.add(key)
 
     async def _sync_registrations(self, refresh: bool) -> None:
@@ -105,12 +111,8 @@ class EventHub:
             kept = set(self._registered)
             missing = await db.transaction(lambda conn: watchers.refresh(conn, kept, hub))
 
-            async def register_again(conn: asyncpg.Connection) -> None:
-                for key in missing:
-                    await watchers.register(conn, key, hub)
-
-            if missing:
-                await db.transaction(register_again)
+            for key in missing:
+                await _register_as_tenant(db, key, hub)
         for key in missing:
             for subscription in self._subscribers.get(key, ()):
                 subscription.wake()

@@ -28,18 +28,15 @@ INSERT INTO budget.watchers (tenant_id, run_id, hub_id)
 SELECT run.tenant_id, run.run_id, $3 FROM run
 ON CONFLICT (tenant_id, run_id, hub_id) DO UPDATE SET seen_at = now()"""
 
-_FORGET = """
-DELETE FROM budget.watchers
-WHERE (tenant_id, run_id) IN (SELECT * FROM unnest($1::text[], $2::text[])) AND hub_id = $3"""
+# Forgetting, refreshing and purging act on one process's rows (or stale ones) whatever their
+# tenants: SECURITY DEFINER functions of migration 0005, past row-level security.
+_FORGET = "SELECT budget.forget_watchers($1::text[], $2::text[], $3)"
 
 # Rows still present are refreshed; the ones returned missing were purged (or never written).
-_REFRESH = """
-UPDATE budget.watchers SET seen_at = now()
-WHERE (tenant_id, run_id) IN (SELECT * FROM unnest($1::text[], $2::text[])) AND hub_id = $3
-RETURNING tenant_id, run_id"""
+_REFRESH = "SELECT tenant_id, run_id FROM budget.refresh_watchers($1::text[], $2::text[], $3)"
 
 # Rows of processes that stopped refreshing them (killed, or cut off from the database).
-_PURGE = "DELETE FROM budget.watchers WHERE seen_at < now() - make_interval(secs => $1)"
+_PURGE = "SELECT budget.purge_watchers($1)"
 
 
 async def register(conn: asyncpg.Connection, key: Key, hub_id: str) -> None:
@@ -57,5 +54,4 @@ async def refresh(conn: asyncpg.Connection, keys: Collection[Key], hub_id: str) 
 
 
 async def purge(conn: asyncpg.Connection, stale_seconds: float) -> int:
-    status = await conn.execute(_PURGE, stale_seconds)
-    return int(status.split()[-1])
+    return int(await conn.fetchval(_PURGE, stale_seconds))

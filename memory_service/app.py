@@ -36,7 +36,12 @@ from servicekit.server import AppFactory, ServiceApp
 from servicekit.settings import SettingsError
 
 SERVICE_NAME = "ration.memory.v1.MemoryService"
-MIGRATIONS = MigrationSet("memory", "memory_service.migrations")
+# 0003 once created a role, which needs a superuser; its first text is still accepted (0005).
+MIGRATIONS = MigrationSet(
+    "memory",
+    "memory_service.migrations",
+    rewritten={3: frozenset({"4adf707961d0842178661837012c0971a8ce2459cd5908ffbe3c413a093c5126"})},
+)
 REQUEST_RETENTION_HOURS = 24
 REQUEST_SWEEP_SECONDS = 3600.0
 
@@ -150,7 +155,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             while True:
                 await asyncio.sleep(REQUEST_SWEEP_SECONDS)
                 try:
-                    await database.transaction(
+                    await database.statement(
                         lambda conn: forget_older_than(conn, REQUEST_LOG, REQUEST_RETENTION_HOURS)
                     )
                 except DomainError as error:  # the store is down; try again next period

@@ -13,11 +13,11 @@ from memory_service.compaction import CompactionPlan, compaction_disabled_error,
 from memory_service.records import CapacityReport, Head
 from memory_service.revisions import plan_compaction_revision
 from memory_service.store import MemoryKey
-from memory_service.tenancy import for_tenant
 from memory_service.validation import raise_if, validate_compact
 from memory_service.write_path import Envelope, WritePath
 from memory_service.write_redaction import redact_write
 from servicekit.auth import Identity
+from servicekit.tenancy import for_tenant
 
 
 @dataclass(frozen=True)

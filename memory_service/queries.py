@@ -30,11 +30,11 @@ from memory_service.ids import is_entry_id, is_version_id, validate_memory_ref
 from memory_service.manifest import ItemState
 from memory_service.records import CapacityReport, RecordedChange, RevisionInfo, StoredVersion
 from memory_service.store import MemoryKey
-from memory_service.tenancy import for_tenant
 from memory_service.validation import raise_if
 from servicekit.auth import Identity
 from servicekit.db import Database
 from servicekit.errors import FieldViolation
+from servicekit.tenancy import for_tenant
 
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000

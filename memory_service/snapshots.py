@@ -14,11 +14,11 @@ from memory_service.candidate_cache import CandidateCache
 from memory_service.candidates import CandidateIndex
 from memory_service.errors import revision_not_found
 from memory_service.store import MemoryKey
-from memory_service.tenancy import for_tenant
 from memory_service.vectors import Vectors
 from servicekit.auth import Identity
 from servicekit.coalesce import Coalescer
 from servicekit.db import Database
+from servicekit.tenancy import for_tenant
 
 T = TypeVar("T")
 Head = tuple[MemoryKey, int, datetime]  # the memory, its head revision, the database clock

@@ -14,9 +14,9 @@ from memory_service import store_candidates
 from memory_service.candidates import CandidateIndex
 from memory_service.embedding import DIMENSION, Embedder, to_bytes
 from memory_service.store import MemoryKey
-from memory_service.tenancy import for_tenant
 from servicekit.cpu import CpuPool
 from servicekit.db import Database
+from servicekit.tenancy import for_tenant
 
 # Entries written while the embedder was off are embedded in batches, each stored in its own
 # short transaction, so a long backfill keeps its progress even if its first caller gives up.

@@ -20,12 +20,12 @@ from memory_service.records import CapacityReport, Head
 from memory_service.revisions import RevisionPlan
 from memory_service.store import MemoryKey
 from memory_service.store_reads import compactable_count
-from memory_service.tenancy import for_tenant
 from memory_service.validation import InputLimits
 from memory_service.write_redaction import RedactedWrite
 from servicekit.auth import Identity
 from servicekit.db import Database
 from servicekit.idempotency import RequestKey, idempotent
+from servicekit.tenancy import for_tenant
 
 REQUEST_LOG = "memory.request_log"
 T = TypeVar("T")

@@ -87,8 +87,17 @@ async def _serve(names: Sequence[str], env: Env) -> int:
                 say(f"{name}_service: grpc {runner.address}  metrics {metrics}")
             ready = asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners)))
             stopped = asyncio.ensure_future(stop.wait())
-            either: list[asyncio.Future[Any]] = [ready, stopped]
+            failures = [asyncio.ensure_future(r.failed.wait()) for r in runners]
+            either: list[asyncio.Future[Any]] = [ready, stopped, *failures]
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            for failure in failures:
+                failure.cancel()
+            for runner in runners:
+                if runner.error is not None:
+                    ready.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await ready
+                    raise runner.error  # exit 2 with its message (main)
             if not stop.is_set():
                 say("ready: all services SERVING (Ctrl-C to stop)")
                 await stopped
@@ -109,7 +118,8 @@ async def _migrate(env: Env) -> int:
 
     settings = DatabaseSettings.from_env(env)
     with database_url(settings) as url:
-        conn = await asyncpg.connect(url)
+        # The owner role migrates: RATION_MIGRATE_DATABASE_URL when set, else the service URL.
+        conn = await asyncpg.connect(settings.migrate_url or url)
         try:
             applied = await migrate(conn, [BUDGET, MEMORY])
         finally:

@@ -40,6 +40,30 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+# The setting every row-level security policy filters on (the migrations' tenant_isolation).
+TENANT_SETTING = "ration.tenant_id"
+
+
+def quote_literal(value: str) -> str:
+    """A SQL string literal, correct whatever standard_conforming_strings says."""
+    if "\0" in value:
+        raise ValueError("a SQL literal cannot contain NUL")
+    quoted = value.replace("'", "''")
+    if "\\" in quoted:
+        return "E'" + quoted.replace("\\", "\\\\") + "'"
+    return f"'{quoted}'"
+
+
+def enter_tenant(tenant: str) -> str:
+    """BEGIN and the tenant in one simple-protocol message: no round trip of its own.
+
+    SET LOCAL (rather than set_config) because it is what Citus propagates to the workers
+    (citus.propagate_set_commands = 'local'), and local because nothing may outlive the
+    transaction: a pooled connection (or PgBouncer in transaction mode) never carries a tenant
+    into the next one."""
+    return f"BEGIN; SET LOCAL {TENANT_SETTING} = {quote_literal(tenant)}"
+
+
 async def _keep_session(conn: asyncpg.Connection) -> None:
     """Returning a connection to the pool runs no reset query (asyncpg's default costs a round
     trip per call): no code keeps session state (advisory locks, LISTEN, SET, cursors) on a
@@ -155,3 +179,30 @@ class Database:
                 log.warning("store unavailable", extra={"error": type(exc).__name__})
                 raise store_unavailable() from exc
         raise AssertionError("unreachable")
+
+    async def tenant_transaction(
+        self,
+        tenant: str,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        *,
+        attempts: int = 3,
+        retry_on: tuple[type[BaseException], ...] = (),
+    ) -> T:
+        """`work` in one transaction that has entered `tenant` for row-level security
+        (servicekit/tenancy.py): BEGIN and SET LOCAL travel in one message, so entering the
+        tenant costs no round trip of its own."""
+        begin = enter_tenant(tenant)
+
+        async def scoped(conn: asyncpg.Connection) -> T:
+            await conn.execute(begin)
+            try:
+                result = await work(conn)
+            except BaseException:
+                if not conn.is_closed():
+                    with contextlib.suppress(Exception):
+                        await conn.execute("ROLLBACK")
+                raise
+            await conn.execute("COMMIT")
+            return result
+
+        return await self.statement(scoped, attempts=attempts, retry_on=retry_on)

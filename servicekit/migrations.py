@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 
 import asyncpg
@@ -45,6 +46,9 @@ class MigrationSet:
 
     schema: str
     package: str
+    # Checksums of earlier texts of a migration rewritten in place (version -> checksums): a
+    # database that applied one of them is valid, because a later migration converges both.
+    rewritten: Mapping[int, frozenset[str]] = field(default_factory=dict)
 
     def load(self) -> list[Migration]:
         found = []
@@ -59,40 +63,67 @@ class MigrationSet:
         return found
 
 
+Applied = dict[tuple[str, int], str]  # (schema, version) -> checksum
+
+
 class MigrationDrift(RuntimeError):
     """An applied migration's file changed: migrations are forward-only and never edited."""
 
 
+async def _applied(conn: asyncpg.Connection) -> Applied:
+    if await conn.fetchval("SELECT to_regclass('public.ration_migrations')") is None:
+        return {}
+    rows = await conn.fetch("SELECT schema_name, version, checksum FROM public.ration_migrations")
+    return {(r["schema_name"], r["version"]): r["checksum"] for r in rows}
+
+
+def _todo(
+    applied: dict[tuple[str, int], str], sets: list[MigrationSet]
+) -> list[tuple[str, Migration]]:
+    """The migrations not applied yet, in order; raises MigrationDrift on an edited one."""
+    todo = []
+    for mset in sets:
+        for migration in mset.load():
+            key = (mset.schema, migration.version)
+            if key not in applied:
+                todo.append((mset.schema, migration))
+            elif applied[key] != migration.checksum and applied[key] not in mset.rewritten.get(
+                migration.version, frozenset()
+            ):
+                raise MigrationDrift(
+                    f"{mset.schema} migration {migration.version:04d}_{migration.name} "
+                    "was edited after it was applied"
+                )
+    return todo
+
+
+async def pending(conn: asyncpg.Connection, sets: list[MigrationSet]) -> list[str]:
+    """The migrations this database still lacks, read without any DDL or lock (so the
+    application role, which may not create anything, can check the schema version)."""
+    todo = _todo(await _applied(conn), sets)
+    return [f"{schema}/{m.version:04d}_{m.name}" for schema, m in todo]
+
+
 async def migrate(conn: asyncpg.Connection, sets: list[MigrationSet]) -> list[str]:
-    """Applies pending migrations in one transaction per call; returns what it applied."""
+    """Applies pending migrations in one transaction per call; returns what it applied. With
+    nothing pending it only reads the ledger: no lock and no DDL, so any role can call it."""
+    if not await pending(conn, sets):
+        return []
     applied_now: list[str] = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
         await conn.execute(_LEDGER)
-        rows = await conn.fetch(
-            "SELECT schema_name, version, checksum FROM public.ration_migrations"
-        )
-        applied = {(r["schema_name"], r["version"]): r["checksum"] for r in rows}
-        for mset in sets:
-            for migration in mset.load():
-                key = (mset.schema, migration.version)
-                if key in applied:
-                    if applied[key] != migration.checksum:
-                        raise MigrationDrift(
-                            f"{mset.schema} migration {migration.version:04d}_{migration.name} "
-                            "was edited after it was applied"
-                        )
-                    continue
-                await conn.execute(migration.sql)
-                await conn.execute(
-                    "INSERT INTO public.ration_migrations (schema_name, version, name, checksum)"
-                    " VALUES ($1, $2, $3, $4)",
-                    mset.schema,
-                    migration.version,
-                    migration.name,
-                    migration.checksum,
-                )
-                applied_now.append(f"{mset.schema}/{migration.version:04d}_{migration.name}")
+        for schema, migration in _todo(await _applied(conn), sets):
+            await conn.execute(migration.sql)
+            await conn.execute(
+                "INSERT INTO public.ration_migrations (schema_name, version, name, checksum)"
+                " VALUES ($1, $2, $3, $4)",
+                schema,
+                migration.version,
+                migration.name,
+                migration.checksum,
+            )
+            applied_now.append(f"{schema}/{migration.version:04d}_{migration.name}")
     for name in applied_now:
         log.info("migration applied", extra={"migration": name})
     return applied_now

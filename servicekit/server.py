@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import asyncpg
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
@@ -16,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from servicekit.auth import TokenTable
 from servicekit.db import Database
+from servicekit.dbrole import check_role
 from servicekit.interceptors import (
     AuthInterceptor,
     ErrorInterceptor,
@@ -23,8 +25,8 @@ from servicekit.interceptors import (
     MetricsInterceptor,
 )
 from servicekit.metrics import GrpcMetrics, MetricsEndpoint, pool_gauges
-from servicekit.migrations import MigrationSet, migrate
-from servicekit.settings import ServerSettings
+from servicekit.migrations import MigrationSet, migrate, pending
+from servicekit.settings import ServerSettings, SettingsError
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,10 @@ class ServiceRunner:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
         self.ready = asyncio.Event()
+        # Set when the service cannot serve as configured (e.g. a privileged database role):
+        # `error` says why; the command exits 2 with it.
+        self.failed = asyncio.Event()
+        self.error: SettingsError | None = None
 
     @property
     def address(self) -> str:
@@ -127,15 +133,26 @@ class ServiceRunner:
         await self.health.set(self.app.service_name, status)
 
     async def _readiness(self) -> None:
-        """Connects and migrates with backoff, then follows Postgres with a periodic probe."""
+        """Connects and migrates (or checks the schema) with backoff, checks the role, then
+        follows Postgres with a periodic probe."""
         delay = 0.1
         while not self._stopping:
             try:
                 await self.database.connect()
-                if self.database.settings.migrate_on_start:
-                    async with self.database.pool.acquire() as conn:
-                        await migrate(conn, list(self.app.migrations))
+                await self._schema()
+                async with self.database.connection() as conn:
+                    await check_role(
+                        conn,
+                        [m.schema for m in self.app.migrations],
+                        dev_mode=self.settings.dev_mode,
+                        allowed=self.database.settings.allow_privileged_role,
+                    )
                 break
+            except SettingsError as exc:  # retrying cannot help: the operator must act
+                log.error("service cannot start", extra={"error": str(exc)})
+                self.error = exc
+                self.failed.set()
+                return
             except Exception as exc:  # keep retrying whatever the cause; log it
                 log.warning("database not ready", extra={"error": repr(exc)[:300]})
                 await asyncio.sleep(delay)
@@ -154,6 +171,27 @@ class ServiceRunner:
                 serving = ok
                 await self._set_health(SERVING if ok else NOT_SERVING)
                 log.warning("health changed", extra={"serving": ok, "service": self.app.name})
+
+    async def _schema(self) -> None:
+        """Applies pending migrations (RATION_MIGRATE_ON_START, as RATION_MIGRATE_DATABASE_URL's
+        role when set), or only checks that none is pending: the application role cannot
+        migrate, and the service waits NOT_SERVING until the owner has (`ration migrate`)."""
+        sets = list(self.app.migrations)
+        settings = self.database.settings
+        if settings.migrate_on_start and settings.migrate_url:
+            conn = await asyncpg.connect(settings.migrate_url, timeout=10)
+            try:
+                await migrate(conn, sets)
+            finally:
+                await conn.close()
+            return
+        async with self.database.connection() as conn:
+            if settings.migrate_on_start:
+                await migrate(conn, sets)
+                return
+            missing = await pending(conn, sets)
+        if missing:
+            raise RuntimeError(f"migrations pending (run `ration migrate`): {', '.join(missing)}")
 
     async def stop(self) -> None:
         """NOT_SERVING first, then drain in-flight calls within the grace period."""

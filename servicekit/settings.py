@@ -134,6 +134,10 @@ class DatabaseSettings:
     statement_timeout_ms: int
     acquire_timeout_seconds: float
     migrate_on_start: bool
+    # Where migrations run (the owner role): `ration migrate`, and migrate-on-start; None: `url`.
+    migrate_url: str | None = None
+    # Serve even when the role bypasses row-level security (servicekit/dbrole.py).
+    allow_privileged_role: bool = False
 
     @classmethod
     def from_env(cls, env: Env) -> DatabaseSettings:
@@ -152,6 +156,8 @@ class DatabaseSettings:
             acquire_timeout_seconds=env.integer("RATION_DB_ACQUIRE_TIMEOUT_MS", 2000, minimum=1)
             / 1000,
             migrate_on_start=env.flag("RATION_MIGRATE_ON_START", True),
+            migrate_url=env.optional_text("RATION_MIGRATE_DATABASE_URL"),
+            allow_privileged_role=env.flag("RATION_ALLOW_PRIVILEGED_DB_ROLE", False),
         )
 
 

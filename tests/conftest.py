@@ -1,7 +1,11 @@
 """Test harness: a real Postgres (TEST_DATABASE_URL, a testcontainer, or embedded) and real servers.
 
-Each test session migrates one template database; each test that asks for `database_url` gets a
-fresh clone of it, dropped afterwards. API fixtures start the real servers on 127.0.0.1:0.
+Each test session creates its own owner and application roles (tests/pgroles.py) and migrates
+one template database as the owner; each test that asks for `database_url` gets a fresh clone
+of it, dropped afterwards. `database_url` and `db` connect as the superuser (for tests that
+inspect or alter the database directly); the servers connect as the application role
+(`app_database_url`), so row-level security applies to them. API fixtures start the real
+servers on 127.0.0.1:0.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import grpc
+import pgroles
 import pytest
 
 from servicekit.db import Database
@@ -83,13 +88,26 @@ def all_migrations() -> list:  # type: ignore[type-arg]
 
 
 @pytest.fixture(scope="session")
-def template_database(pg_server_url: str) -> Iterator[str]:
-    """A migrated database that per-test databases are cloned from."""
+def db_roles(pg_server_url: str) -> Iterator[pgroles.Roles]:
+    """This session's owner and application roles, dropped when it ends."""
+    roles = asyncio.run(pgroles.create(pg_server_url))
+    pgroles.CURRENT = roles
+    try:
+        yield roles
+    finally:
+        pgroles.CURRENT = None
+        asyncio.run(pgroles.drop(roles))
+
+
+@pytest.fixture(scope="session")
+def template_database(pg_server_url: str, db_roles: pgroles.Roles) -> Iterator[str]:
+    """A database migrated by the (non-superuser) owner, that per-test databases are cloned from."""
     name = f"ration_tpl_{uuid.uuid4().hex[:12]}"
+    url = with_database(pg_server_url, name)
 
     async def build() -> None:
-        await _admin(pg_server_url, f'CREATE DATABASE "{name}"')
-        conn = await asyncpg.connect(with_database(pg_server_url, name))
+        await pgroles.create_database(db_roles, url, name)
+        conn = await asyncpg.connect(db_roles.owner_url(url))
         try:
             await migrate(conn, all_migrations())
         finally:
@@ -103,10 +121,11 @@ def template_database(pg_server_url: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def empty_database_url(pg_server_url: str) -> Iterator[str]:
-    """A fresh database with nothing in it (for migration tests)."""
+def empty_database_url(pg_server_url: str, db_roles: pgroles.Roles) -> Iterator[str]:
+    """A fresh database with nothing in it (for migration tests), owned by the session's owner
+    role with the operator's default privileges, as an operator prepares one (superuser URL)."""
     name = f"ration_t_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(pg_server_url, f'CREATE DATABASE "{name}"'))
+    asyncio.run(pgroles.create_database(db_roles, with_database(pg_server_url, name), name))
     try:
         yield with_database(pg_server_url, name)
     finally:
@@ -122,6 +141,12 @@ def database_url(pg_server_url: str, template_database: str) -> Iterator[str]:
         yield with_database(pg_server_url, name)
     finally:
         asyncio.run(_admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture
+def app_database_url(database_url: str, db_roles: pgroles.Roles) -> str:
+    """The test database as the application role: what the services connect with."""
+    return db_roles.app_url(database_url)
 
 
 @pytest.fixture
@@ -153,24 +178,26 @@ StartServer = Callable[..., Awaitable[ServiceRunner]]
 
 
 @pytest.fixture
-async def start_server(database_url: str) -> AsyncIterator[StartServer]:
-    """Starts a real service ('budget' or 'memory') on loopback; stopped after the test."""
+async def start_server(app_database_url: str) -> AsyncIterator[StartServer]:
+    """Starts a real service ('budget' or 'memory') on loopback, connected as the application
+    role; stopped after the test."""
     runners: list[ServiceRunner] = []
 
     async def start(kind: str, **overrides: str) -> ServiceRunner:
-        env = service_env(database_url, **overrides)
+        env = service_env(app_database_url, **overrides)
+        url = env.text("RATION_DATABASE_URL", app_database_url)
         if kind == "budget":
             from budget_service.app import factory
             from budget_service.settings import BudgetSettings
 
             bs = BudgetSettings.from_env(env)
-            runner = ServiceRunner(factory(bs), bs.server, Database(database_url, bs.database))
+            runner = ServiceRunner(factory(bs), bs.server, Database(url, bs.database))
         else:
             from memory_service.app import factory as mfactory
             from memory_service.settings import MemorySettings
 
             ms = MemorySettings.from_env(env)
-            runner = ServiceRunner(mfactory(ms), ms.server, Database(database_url, ms.database))
+            runner = ServiceRunner(mfactory(ms), ms.server, Database(url, ms.database))
         await runner.start()
         runners.append(runner)
         await asyncio.wait_for(runner.ready.wait(), timeout=30)

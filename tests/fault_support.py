@@ -22,6 +22,7 @@ from typing import Any
 
 import asyncpg
 import grpc
+import pgroles
 from budget_support import assert_ledger_matches_balances
 from conftest import _admin, service_env, with_database
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -232,7 +233,9 @@ def cloned_database(pg_server_url: str, template: str, prefix: str = "ration_m")
 
 
 def build_runner(kind: str, database_url: str, **overrides: str) -> ServiceRunner:
-    """A ServiceRunner for 'budget' or 'memory', configured as the `start_server` fixture does."""
+    """A ServiceRunner for 'budget' or 'memory', configured as the `start_server` fixture does:
+    connected as the session's application role."""
+    database_url = pgroles.current().app_url(database_url)
     env = service_env(database_url, **overrides)
     if kind == "budget":
         from budget_service.app import factory

@@ -18,37 +18,12 @@ ALTER TABLE memory.entry_versions
 -- memory_id, and under Citus each shard's index holds that shard's tenants only.
 CREATE INDEX entry_versions_search ON memory.entry_versions USING gin (search_vector);
 
--- Row-level security. The service runs every transaction as this role, with the caller's
--- tenant in the transaction-local setting ration.tenant_id (memory_service/tenancy.py), so a
--- query that forgot its tenant filter still sees one tenant's rows. Superusers and table owners
--- bypass RLS, which is why the service switches role rather than relying on its login role.
--- Roles are cluster-wide while migrations run per database, hence "create if absent", and a
--- concurrent creator (another database migrating at the same moment) is not an error.
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'ration_memory_rls') THEN
-        CREATE ROLE ration_memory_rls NOLOGIN;
-    END IF;
-EXCEPTION WHEN duplicate_object OR unique_violation THEN
-    NULL;
-END
-$$;
-
--- The service's login role must be able to SET ROLE to it (superusers already can).
-DO $$
-BEGIN
-    IF NOT pg_has_role(current_user, 'ration_memory_rls', 'MEMBER') THEN
-        EXECUTE format('GRANT ration_memory_rls TO %I', current_user);
-    END IF;
-END
-$$;
-
-GRANT USAGE ON SCHEMA memory TO ration_memory_rls;
-GRANT SELECT, INSERT, UPDATE ON
-    memory.memories, memory.revisions, memory.changes, memory.entry_versions,
-    memory.manifest_items, memory.request_log
-TO ration_memory_rls;
-
+-- Row-level security: every transaction enters the caller's tenant in the transaction-local
+-- setting ration.tenant_id, so a query that forgot its tenant filter still sees one tenant's
+-- rows. (This file first also created a NOLOGIN role for the service to switch into; that
+-- needed a superuser to migrate. It was rewritten in place for fresh installs, and databases
+-- that applied the first text are accepted (memory_service/app.py); migration 0005 brings both
+-- to the same state: RLS forced, services connected as a non-owner application role.)
 ALTER TABLE memory.memories ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory.revisions ENABLE ROW LEVEL SECURITY;
 ALTER TABLE memory.changes ENABLE ROW LEVEL SECURITY;

@@ -14,7 +14,7 @@ import pytest
 from conftest import StartServer
 from memory_support import Memory, rpc_error
 
-from memory_service import store, store_candidates, store_reads, tenancy
+from memory_service import store, store_candidates, store_reads
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as pb
 from servicekit.auth import digest
@@ -82,24 +82,19 @@ async def test_another_tenants_memory_reads_exactly_like_a_missing_one(
             assert SECRET_TEXT.encode() not in repr(outcome).encode()
 
 
-# The read path's one-statement function (migration 0004) with its tenant predicate removed,
-# and, for the control, without its switch into the RLS role either.
+# The read path's one-statement function (migration 0005) with its tenant predicate removed.
 HEAD_FUNCTION = """
 CREATE OR REPLACE FUNCTION memory.heads_as_tenant(p_tenant text, p_memory_refs text[])
 RETURNS TABLE (memory_ref text, memory_id uuid, head_revision bigint, now timestamptz)
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM {enter};
+    PERFORM set_config('ration.tenant_id', p_tenant, true);
     RETURN QUERY
         SELECT m.memory_ref, m.memory_id, m.head_revision, now() FROM memory.memories m
         WHERE m.memory_ref = ANY(p_memory_refs) AND m.head_revision > 0;
 END
 $$
 """
-WITH_ROLE = (
-    "set_config('role', 'ration_memory_rls', true), set_config('ration.tenant_id', p_tenant, true)"
-)
-WITHOUT_ROLE = "set_config('ration.tenant_id', p_tenant, true)"
 
 
 async def strip_tenant_filters(monkeypatch: pytest.MonkeyPatch, db: asyncpg.Connection) -> int:
@@ -112,7 +107,7 @@ async def strip_tenant_filters(monkeypatch: pytest.MonkeyPatch, db: asyncpg.Conn
                 stripped = TENANT_PREDICATE.sub("$1::text IS NOT NULL", value)
                 monkeypatch.setattr(module, name, stripped)
                 changed += 1
-    await db.execute(HEAD_FUNCTION.format(enter=WITH_ROLE))
+    await db.execute(HEAD_FUNCTION)
     return changed + 1
 
 
@@ -122,6 +117,7 @@ async def test_row_level_security_hides_other_tenants_without_the_app_filter(
     monkeypatch: pytest.MonkeyPatch,
     db: asyncpg.Connection,
 ) -> None:
+    # The server connects as the application role (tests/conftest.py), as deployed.
     runner = await start_server("memory", RATION_TOKEN_FILE=str(token_file))
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
         stored = await alpha_writes(channel)
@@ -130,12 +126,10 @@ async def test_row_level_security_hides_other_tenants_without_the_app_filter(
         assert await strip_tenant_filters(monkeypatch, db) >= 10
         # Row-level security alone: beta still sees nothing of alpha's.
         assert await reads(beta, stored) == baseline
-        # The control: without the switch into the RLS role (connected as a superuser, which
-        # bypasses policies), the stripped queries do leak, so the line above proved something.
-        monkeypatch.setattr(
-            tenancy, "ENTER_TENANT", "SELECT set_config('ration.tenant_id', $1, true)"
-        )
-        await db.execute(HEAD_FUNCTION.format(enter=WITHOUT_ROLE))
+        # The control: with row-level security off (the superuser `db` connection), the
+        # stripped queries do leak, so the line above proved something.
+        for table in ("memories", "revisions", "entry_versions", "manifest_items"):
+            await db.execute(f"ALTER TABLE memory.{table} DISABLE ROW LEVEL SECURITY")
         leaked = await beta.list_memory()
         assert [e.content for e in leaked.entries] == [SECRET_TEXT]
         assert (await beta.capacity()).active_entry_count == 1

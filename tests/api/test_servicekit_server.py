@@ -194,9 +194,10 @@ def token_file(tmp_path: Path) -> Path:
 
 
 async def test_auth_maps_token_to_tenant_and_refuses_missing_or_unknown(
-    database_url: str, token_file: Path
+    app_database_url: str, token_file: Path
 ) -> None:
-    runner = await start_probe(database_url, RATION_TOKEN_FILE=str(token_file))
+    # With tokens (not development mode) a service refuses a superuser role: the application's.
+    runner = await start_probe(app_database_url, RATION_TOKEN_FILE=str(token_file))
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
             whoami = call(channel, "WhoAmI")

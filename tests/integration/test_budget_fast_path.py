@@ -55,8 +55,18 @@ class SavepointDatabase:
     """The Database protocol on one connection: each transaction or statement is a savepoint
     of the test's transaction, so every path sees the same database clock (now())."""
 
+    url = "the test's connection"
+    settings = None
+
     def __init__(self, conn: asyncpg.Connection) -> None:
         self.conn = conn
+
+    async def tenant_transaction(
+        self, tenant: str, work: Callable[[Any], Awaitable[Any]], **_: Any
+    ) -> Any:
+        async with self.conn.transaction():
+            await self.conn.execute("SELECT set_config('ration.tenant_id', $1, true)", tenant)
+            return await work(self.conn)
 
     async def transaction(self, work: Callable[[Any], Awaitable[Any]], *, attempts: int = 3) -> Any:
         async with self.conn.transaction():

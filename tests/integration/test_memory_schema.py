@@ -7,7 +7,7 @@ import asyncpg
 import pytest
 from memory_support import MEMORY_TABLES
 
-from memory_service.tenancy import ENTER_TENANT, RLS_ROLE
+from servicekit.db import enter_tenant
 
 # GIN cannot lead with a text column without btree_gin (absent from the embedded server); its
 # queries filter tenant_id and memory_id too, and under Citus it is per shard anyway.
@@ -52,28 +52,36 @@ async def test_every_memory_table_has_row_level_security_with_a_tenant_policy(
     db: asyncpg.Connection,
 ) -> None:
     rows = await db.fetch(
-        "SELECT c.relname, c.relrowsecurity, p.qual, p.with_check"
+        "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, p.qual, p.with_check"
         " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
         " LEFT JOIN pg_policies p ON p.schemaname = n.nspname AND p.tablename = c.relname"
+        "   AND p.policyname = 'tenant_isolation'"
         " WHERE n.nspname = 'memory' AND c.relkind = 'r'"
     )
     assert sorted(r["relname"] for r in rows) == sorted(MEMORY_TABLES)
     for row in rows:
         assert row["relrowsecurity"], row["relname"]
+        assert row["relforcerowsecurity"], row["relname"]
         for clause in (row["qual"], row["with_check"]):
             assert "current_setting('ration.tenant_id'" in clause, row["relname"]
 
 
-async def _as_tenant(db: asyncpg.Connection, tenant: str | None, sql: str) -> int:
-    async with db.transaction():
-        if tenant is None:
-            await db.execute(f"SET LOCAL ROLE {RLS_ROLE}")
-        else:
-            await db.execute(ENTER_TENANT, tenant)
-        return int(await db.fetchval(sql))
+async def _as_tenant(url: str, tenant: str | None, sql: str) -> int:
+    """`sql` as the application role, in a transaction that entered `tenant` (or none)."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(enter_tenant(tenant) if tenant is not None else "BEGIN")
+        try:
+            return int(await conn.fetchval(sql))
+        finally:
+            await conn.execute("ROLLBACK")
+    finally:
+        await conn.close()
 
 
-async def test_the_rls_role_sees_only_the_tenant_it_entered(db: asyncpg.Connection) -> None:
+async def test_the_application_role_sees_only_the_tenant_it_entered(
+    db: asyncpg.Connection, app_database_url: str
+) -> None:
     for tenant in ("alpha", "beta"):
         await db.execute(
             "INSERT INTO memory.request_log (tenant_id, request_id, fingerprint, response)"
@@ -82,13 +90,16 @@ async def test_the_rls_role_sees_only_the_tenant_it_entered(db: asyncpg.Connecti
         )
     count = "SELECT count(*) FROM memory.request_log"  # no tenant filter at all
     assert await db.fetchval(count) == 2  # the test connects as a superuser: no policies
-    assert await _as_tenant(db, "alpha", count) == 1
-    assert await _as_tenant(db, "gamma", count) == 0
-    assert await _as_tenant(db, None, count) == 0  # no tenant set: nothing, fail closed
-    async with db.transaction():
-        await db.execute(ENTER_TENANT, "alpha")
+    assert await _as_tenant(app_database_url, "alpha", count) == 1
+    assert await _as_tenant(app_database_url, "gamma", count) == 0
+    assert await _as_tenant(app_database_url, None, count) == 0  # no tenant: fail closed
+    conn = await asyncpg.connect(app_database_url)
+    try:
+        await conn.execute(enter_tenant("alpha"))
         with pytest.raises(asyncpg.exceptions.InsufficientPrivilegeError):  # WITH CHECK
-            await db.execute(
+            await conn.execute(
                 "INSERT INTO memory.request_log (tenant_id, request_id, fingerprint, response)"
                 " VALUES ('beta', 'r2', '', '')"
             )
+    finally:
+        await conn.close()

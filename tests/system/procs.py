@@ -12,12 +12,17 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pgroles
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
 ADDRESS = re.compile(r"^(\w+)_service: grpc (\S+)\s+metrics (\S+)")
 
 
 def clean_env(**overrides: str) -> dict[str, str]:
+    """The environment of a service process. A database of the test server given as
+    DATABASE_URL or RATION_DATABASE_URL is handed over as users deploy it: the services connect
+    as the session's application role and migrate as its owner (tests/pgroles.py)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RATION_DATABASE_URL")}
     env.update(
         RATION_BUDGET_LISTEN="127.0.0.1:0",
@@ -28,6 +33,12 @@ def clean_env(**overrides: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     env.update(overrides)
+    roles = pgroles.CURRENT
+    for name in ("DATABASE_URL", "RATION_DATABASE_URL"):
+        url = env.get(name)
+        if url and roles is not None and roles.on_this_server(url):
+            del env[name]
+            env.update(roles.service_env(url))
     return env
 
 

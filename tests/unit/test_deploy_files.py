@@ -18,6 +18,7 @@ import yaml
 
 from budget_service.settings import BudgetSettings
 from memory_service.settings import MemorySettings
+from servicekit import pgroles
 from servicekit.auth import TokenTable
 from servicekit.settings import Env, ServerSettings, SettingsError
 
@@ -311,12 +312,35 @@ def test_compose_services_start_after_postgres_is_healthy_and_migrations_ran() -
     assert service("grafana")["depends_on"]["prometheus"] == {"condition": "service_healthy"}
 
 
-def test_compose_services_reach_the_compose_postgres() -> None:
-    pg = service("postgres")["environment"]
+COMPOSE_ROLES = {"ration_owner": "ration-owner", "ration_app": "ration-app"}
+
+
+def test_compose_services_reach_the_compose_postgres_as_the_application_role() -> None:
     for name in ("migrate", *RATION_SERVICES):
         url = urlsplit(container_env(name)["RATION_DATABASE_URL"])
-        assert (url.hostname, url.port, url.path) == ("postgres", 5432, "/" + pg["POSTGRES_DB"])
-        assert (url.username, url.password) == (pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"])
+        assert (url.hostname, url.port, url.path) == ("postgres", 5432, "/ration")
+        assert (url.username, url.password) == ("ration_app", COMPOSE_ROLES["ration_app"])
+        assert ("RATION_MIGRATE_DATABASE_URL" in container_env(name)) == (name == "migrate")
+    owner = urlsplit(container_env("migrate")["RATION_MIGRATE_DATABASE_URL"])
+    assert (owner.hostname, owner.path) == ("postgres", "/ration")
+    assert (owner.username, owner.password) == ("ration_owner", COMPOSE_ROLES["ration_owner"])
+
+
+def test_compose_postgres_creates_the_two_roles_with_the_documented_sql() -> None:
+    mounts = bind_mounts("postgres")
+    script = mounts["/docker-entrypoint-initdb.d/10-ration-roles.sql"]
+    sql = (ROOT / script).read_text()
+    readmes = [(ROOT / p).read_text() for p in ("README.md", "deploy/README.md")]
+    statements = [
+        *pgroles.role_statements("ration_owner", "ration_app", *COMPOSE_ROLES.values()),
+        pgroles.database_statement("ration", "ration_owner"),
+        *pgroles.database_statements("ration_owner", "ration_app"),
+    ]
+    for statement in statements:
+        assert statement + ";" in sql
+        documented = statement.replace("'ration-owner'", "'change-me-owner'")
+        for readme in readmes:
+            assert documented.replace("'ration-app'", "'change-me-app'") + ";" in readme
 
 
 def test_compose_ration_containers_are_read_only_with_a_tmpfs() -> None:

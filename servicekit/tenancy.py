@@ -1,4 +1,4 @@
-"""CTI-1's second line: every memory transaction runs as the RLS role, scoped to one tenant."""
+"""CTI-1's second line: every transaction of a tenant's call enters that tenant for RLS."""
 
 from __future__ import annotations
 
@@ -7,30 +7,18 @@ from typing import TypeVar
 
 import asyncpg
 
-from servicekit.db import Database
+from servicekit.db import TENANT_SETTING, Database, enter_tenant, quote_literal
+
+__all__ = ["TENANT_SETTING", "TenantDatabase", "enter_tenant", "for_tenant", "quote_literal"]
 
 T = TypeVar("T")
-
-RLS_ROLE = "ration_memory_rls"
-
-# One statement, transaction-local (is_local = true): nothing outlives the transaction, so a
-# pooled connection (or PgBouncer in transaction mode) never carries a tenant into the next
-# one. The role switch is what makes the policies apply: the login role may own the tables or
-# be a superuser, and both bypass row-level security.
-ENTER_TENANT = (
-    "SELECT set_config('role', 'ration_memory_rls', true), set_config('ration.tenant_id', $1, true)"
-)
-
-
-async def enter_tenant(conn: asyncpg.Connection, tenant: str) -> None:
-    await conn.execute(ENTER_TENANT, tenant)
 
 
 class TenantDatabase(Database):
     """The service's pool seen by one tenant: each transaction first enters that tenant.
 
-    Reads run in a transaction too, so the role and tenant settings stay local to them. Built
-    per call; it shares the underlying pool and never connects or closes it.
+    Reads run in a transaction too, so the setting stays local to them. Built per call; it
+    shares the underlying pool and never connects or closes it.
     """
 
     def __init__(self, shared: Database, tenant: str) -> None:
@@ -55,16 +43,10 @@ class TenantDatabase(Database):
     async def transaction(
         self, work: Callable[[asyncpg.Connection], Awaitable[T]], *, attempts: int = 3
     ) -> T:
-        tenant = self._tenant
-
-        async def scoped(conn: asyncpg.Connection) -> T:
-            await enter_tenant(conn, tenant)
-            return await work(conn)
-
-        return await self._shared.transaction(scoped, attempts=attempts)
+        return await self.statement(work, attempts=attempts)
 
     async def read(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-        return await self.transaction(work)
+        return await self.statement(work)
 
     async def statement(
         self,
@@ -73,8 +55,10 @@ class TenantDatabase(Database):
         attempts: int = 3,
         retry_on: tuple[type[BaseException], ...] = (),
     ) -> T:
-        """Never a bare statement: the role switch needs a transaction to stay local to."""
-        return await self.transaction(work, attempts=attempts)
+        """Never a bare statement: the tenant setting needs a transaction to stay local to."""
+        return await self._shared.tenant_transaction(
+            self._tenant, work, attempts=attempts, retry_on=retry_on
+        )
 
 
 def for_tenant(database: Database, tenant: str) -> TenantDatabase:
