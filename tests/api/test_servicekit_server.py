@@ -241,9 +241,9 @@ async def _scrape(runner: ServiceRunner) -> set[str]:
 
 
 async def test_unknown_methods_are_unimplemented_and_cache_or_count_nothing(
-    database_url: str, token_file: Path
+    app_database_url: str, token_file: Path
 ) -> None:
-    runner = await start_probe(database_url, RATION_TOKEN_FILE=str(token_file))
+    runner = await start_probe(app_database_url, RATION_TOKEN_FILE=str(token_file))
     registered = {
         f"/{SERVICE}/{name}" for name in ("WhoAmI", "DomainError", "Crash", "Unimplemented")
     }
@@ -287,9 +287,9 @@ async def test_unknown_methods_are_unimplemented_and_cache_or_count_nothing(
 
 
 async def test_the_bearer_scheme_is_accepted_in_any_case(
-    database_url: str, token_file: Path
+    app_database_url: str, token_file: Path
 ) -> None:
-    runner = await start_probe(database_url, RATION_TOKEN_FILE=str(token_file))
+    runner = await start_probe(app_database_url, RATION_TOKEN_FILE=str(token_file))
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
             for scheme in ("bearer", "BEARER", "beArer"):
