@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+from google.protobuf import descriptor_pool
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
@@ -47,6 +49,17 @@ class ServiceApp:
 
 
 AppFactory = Callable[[Database, CollectorRegistry], ServiceApp]
+
+
+def enable_reflection(server: grpc.aio.Server, service_name: str) -> None:
+    """Reflection over the default pool, which must hold the service and the error details
+    (google.rpc.ErrorInfo, BadRequest, ...) so that grpcurl can describe and decode them."""
+    pool = descriptor_pool.Default()
+    pool.FindServiceByName(service_name)  # KeyError: the app never imported its *_service_pb2
+    pool.FindFileByName(error_details_pb2.DESCRIPTOR.name)
+    reflection.enable_server_reflection(
+        (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool
+    )
 
 
 class ServiceRunner:
@@ -89,9 +102,7 @@ class ServiceRunner:
         )
         self.app.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (self.app.service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
+        enable_reflection(server, self.app.service_name)
         self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         if self.port == 0:
             raise OSError(f"cannot bind {self.settings.host}:{self.settings.port}")
