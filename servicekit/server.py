@@ -26,6 +26,7 @@ from servicekit.interceptors import (
 )
 from servicekit.metrics import GrpcMetrics, MetricsEndpoint, pool_gauges
 from servicekit.migrations import MigrationSet, migrate
+from servicekit.ports import PortTaken, check_service_ports, listen_variables
 from servicekit.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,18 @@ def enable_reflection(server: grpc.aio.Server, service_name: str) -> None:
 class ServiceRunner:
     """One gRPC server for one service: start, become SERVING when Postgres answers, stop."""
 
-    def __init__(self, factory: AppFactory, settings: ServerSettings, database: Database) -> None:
+    def __init__(
+        self,
+        factory: AppFactory,
+        settings: ServerSettings,
+        database: Database,
+        *,
+        reuse_port: bool = False,
+    ) -> None:
         self.settings = settings
+        # SO_REUSEPORT only between the workers of one supervisor (which checked the port is
+        # free); a lone server binds exclusively, so a second one fails instead of sharing.
+        self.reuse_port = reuse_port
         self.database = database
         self.registry = CollectorRegistry()
         self.app = factory(database, self.registry)
@@ -85,6 +96,7 @@ class ServiceRunner:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
+        check_service_ports(self.app.name, self.settings, grpc=not self.reuse_port)
         errors = ErrorMapper(self.app.error_domain)
         tokens = TokenTable.load(self.settings.token_file)
         server = grpc.aio.server(
@@ -97,15 +109,17 @@ class ServiceRunner:
                 ("grpc.max_receive_message_length", self.settings.max_message_bytes),
                 ("grpc.max_send_message_length", self.settings.max_message_bytes),
                 ("grpc.max_concurrent_streams", self.settings.max_concurrent_streams),
-                ("grpc.so_reuseport", 1),
+                ("grpc.so_reuseport", 1 if self.reuse_port else 0),
             ],
         )
         self.app.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         enable_reflection(server, self.app.service_name)
-        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
-        if self.port == 0:
-            raise OSError(f"cannot bind {self.settings.host}:{self.settings.port}")
+        try:
+            self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        except RuntimeError:  # taken between the check and the bind
+            variable = listen_variables(self.app.name)[0]
+            raise PortTaken(variable, self.settings.host, self.settings.port, "taken") from None
         await self._set_health(NOT_SERVING)
         await server.start()
         self._server = server

@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from procs import BIN, ROOT, clean_env, processes_mentioning
+from procs import BIN, ROOT, clean_env, embedded_data_dir, processes_mentioning
 
 pytestmark = pytest.mark.system
 
 
-def test_demo_runs_to_a_breach_and_its_totals_match_get_run(tmp_path: Path) -> None:
-    data_dir = tmp_path / "pg"
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    with embedded_data_dir() as path:
+        yield path
+
+
+def test_demo_runs_to_a_breach_and_its_totals_match_get_run(data_dir: Path) -> None:
     result = subprocess.run(
         [str(BIN / "ration"), "demo"],
         cwd=ROOT,
