@@ -8,7 +8,10 @@ import socket
 from servicekit.settings import ServerSettings, SettingsError
 
 # Why a bind fails that the operator can fix by choosing another address.
-_REFUSALS = {errno.EADDRINUSE: "already in use", errno.EACCES: "not permitted"}
+_REFUSALS = {
+    errno.EADDRINUSE: "already in use by another process",
+    errno.EACCES: "not permitted for this user",
+}
 
 
 class PortTaken(SettingsError):
@@ -17,8 +20,8 @@ class PortTaken(SettingsError):
     def __init__(self, variable: str, host: str, port: int, why: str) -> None:
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         super().__init__(
-            f"{variable}={address} cannot be used: the address is {why} (is another ration "
-            f"running?); stop that process or set {variable} to a free host:port"
+            f"{variable}={address} cannot be used: the address is {why}; "
+            f"stop that process or set {variable} to a free host:port"
         )
 
 

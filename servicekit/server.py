@@ -119,7 +119,9 @@ class ServiceRunner:
             self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         except RuntimeError:  # taken between the check and the bind
             variable = listen_variables(self.app.name)[0]
-            raise PortTaken(variable, self.settings.host, self.settings.port, "taken") from None
+            raise PortTaken(
+                variable, self.settings.host, self.settings.port, "just taken by another process"
+            ) from None
         await self._set_health(NOT_SERVING)
         await server.start()
         self._server = server
