@@ -56,8 +56,11 @@ def enable_reflection(server: grpc.aio.Server, service_name: str) -> None:
     """Reflection over the default pool, which must hold the service and the error details
     (google.rpc.ErrorInfo, BadRequest, ...) so that grpcurl can describe and decode them."""
     pool = descriptor_pool.Default()
-    pool.FindServiceByName(service_name)  # KeyError: the app never imported its *_service_pb2
     pool.FindFileByName(error_details_pb2.DESCRIPTOR.name)
+    try:
+        pool.FindServiceByName(service_name)
+    except KeyError:  # the app never imported its *_service_pb2 (or has no descriptor)
+        log.warning("reflection cannot describe the service", extra={"service": service_name})
     reflection.enable_server_reflection(
         (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool
     )
