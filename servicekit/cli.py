@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 # Only light imports up here: main() installs the Ctrl-C handler first, so that a signal that
 # comes during the heavy imports (grpc, asyncpg, pgserver) is recorded, not raised mid-import.
 from servicekit import logs
+from servicekit.embedded import EmbeddedPostgresError
 from servicekit.logs import say
 from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
 from servicekit.shutdown import STOP, Interrupted, Stop
@@ -216,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Interrupted:
         say("interrupted")
         return INTERRUPTED
+    except EmbeddedPostgresError as exc:  # the details are in the log lines above and its log
+        print(f"ration: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

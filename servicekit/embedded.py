@@ -18,6 +18,10 @@ HANDLES = ".handle_pids.json"
 STOP_WAIT_SECONDS = 15.0
 
 
+class EmbeddedPostgresError(RuntimeError):
+    """The embedded server did not start; the message says where its log is."""
+
+
 class EmbeddedPostgres:
     """One handle on a pgserver data directory; the server stops when the last handle closes.
 
@@ -45,7 +49,13 @@ class EmbeddedPostgres:
         self._attempted = True
         self.forget_dead_handles()
         self._drop_stale_pid_file()
-        self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
+        try:
+            self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
+        except Exception as exc:  # pgserver raises whatever initdb or pg_ctl made of it
+            raise EmbeddedPostgresError(
+                f"the embedded postgres in {self.data_dir} did not start ({exc!r:.200}); "
+                f"its log: {self.data_dir / 'log'}"
+            ) from exc
         url = str(self._server.get_uri())
         log.info("embedded postgres started", extra={"data_dir": str(self.data_dir)})
         return url

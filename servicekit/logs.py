@@ -45,11 +45,8 @@ class TextFormatter(logging.Formatter):
     between the console lines; the same fields as the JSON, timestamps in local time."""
 
     def format(self, record: logging.LogRecord) -> str:
-        parts = [
-            time.strftime("%H:%M:%S", time.localtime(record.created)),
-            f"{record.levelname.lower():<5}",
-            record.getMessage(),
-        ]
+        stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+        line = f"{stamp} {record.levelname.lower():<5} {record.getMessage()}"
         fields = {"request_id": request_id_var.get()} if request_id_var.get() else {}
         fields.update(
             (key, value)
@@ -57,8 +54,7 @@ class TextFormatter(logging.Formatter):
             if key not in _RESERVED and not key.startswith("_")
         )
         if fields:
-            parts.append(" ".join(f"{key}={_text(value)}" for key, value in fields.items()))
-        line = parts[0] + " " + "  ".join(parts[1:])
+            line += "  " + " ".join(f"{key}={_text(value)}" for key, value in fields.items())
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
