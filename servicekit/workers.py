@@ -65,4 +65,9 @@ def supervise(service: str, workers: int, database_url: str, stop: Stopping) -> 
                 if child.poll() is None:
                     child.send_signal(signal.SIGTERM)
         time.sleep(0.2)
-    return max((child.returncode or 0) for child in children)
+    codes = [child.returncode or 0 for child in children]
+    if stop.requested:
+        # A worker that had already stopped on the terminal's Ctrl-C may meet the forwarded
+        # SIGTERM while its interpreter is finalizing (default handlers again): still clean.
+        codes = [0 if code in (-signal.SIGTERM, -signal.SIGINT) else code for code in codes]
+    return max(codes, key=abs)
