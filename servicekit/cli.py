@@ -65,6 +65,7 @@ async def database_url(settings: DatabaseSettings, stop: Stop) -> AsyncIterator[
         try:
             url = await asyncio.to_thread(embedded.start)
         except Exception:
+            await stop.settle()  # initdb may die of the Ctrl-C before the loop has read it
             if stop.requested:  # Ctrl-C reached pg_ctl/initdb too, which gave up
                 raise Interrupted from None
             raise

@@ -59,6 +59,14 @@ class Stop:
             self._event = None
             self.install()  # remove_signal_handler restored the default (KeyboardInterrupt)
 
+    async def settle(self) -> None:
+        """Runs the loop's pending callbacks, so that a signal that has already arrived is seen:
+        the loop reads it from its wakeup pipe after callbacks that were queued before."""
+        import asyncio
+
+        for _ in range(3):
+            await asyncio.sleep(0)
+
     def check(self) -> None:
         if self.requested:
             raise Interrupted
