@@ -44,6 +44,7 @@ def assert_clean(proc: Proc, data_dir: Path) -> None:
 POINTS = {
     "postgres starting": ("stdout", "postgres: embedded"),  # importing pgserver, initdb
     "initdb running": ("process", "bin/initdb"),  # Ctrl-C reaches initdb too, which gives up
+    "pg_ctl starting": ("process", "bin/pg_ctl"),  # pg_ctl passes it on to the new postmaster
     "postgres started": ("stderr", "embedded postgres started"),  # servers binding
     "migrating": ("stderr", "migration applied"),
     "ready": ("stdout", "ready:"),
