@@ -26,7 +26,7 @@ from memory_service.tokens import TokenCounter, TokenizerUnavailable, TokenUnit
 from memory_service.validation import InputLimits
 from memory_service.vectors import Vectors
 from memory_service.write_path import REQUEST_LOG, WritePath, WritePolicy
-from ration.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
+from ration.memory.v1 import memory_service_pb2_grpc
 from servicekit.db import Database
 from servicekit.errors import DomainError
 from servicekit.idempotency import forget_older_than
@@ -34,8 +34,7 @@ from servicekit.migrations import MigrationSet
 from servicekit.server import AppFactory, ServiceApp
 from servicekit.settings import SettingsError
 
-# From the descriptor, so the service is in the pool that server reflection serves.
-SERVICE_NAME = memory_service_pb2.DESCRIPTOR.services_by_name["MemoryService"].full_name
+SERVICE_NAME = "ration.memory.v1.MemoryService"
 MIGRATIONS = MigrationSet("memory", "memory_service.migrations")
 REQUEST_RETENTION_HOURS = 24
 REQUEST_SWEEP_SECONDS = 3600.0
