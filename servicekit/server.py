@@ -16,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+from servicekit import ports
 from servicekit.auth import TokenTable
 from servicekit.db import Database
 from servicekit.interceptors import (
@@ -26,7 +27,6 @@ from servicekit.interceptors import (
 )
 from servicekit.metrics import GrpcMetrics, MetricsEndpoint, pool_gauges
 from servicekit.migrations import MigrationSet, migrate
-from servicekit.ports import PortTaken, check_service_ports, listen_variables
 from servicekit.settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ class ServiceRunner:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
-        check_service_ports(self.app.name, self.settings, grpc=not self.reuse_port)
+        ports.check_service_ports(self.app.name, self.settings, grpc=not self.reuse_port)
         errors = ErrorMapper(self.app.error_domain)
         tokens = TokenTable.load(self.settings.token_file)
         server = grpc.aio.server(
@@ -121,8 +121,8 @@ class ServiceRunner:
         try:
             self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
         except RuntimeError:  # taken between the check and the bind
-            variable = listen_variables(self.app.name)[0]
-            raise PortTaken(
+            variable = ports.listen_variables(self.app.name)[0]
+            raise ports.PortTaken(
                 variable, self.settings.host, self.settings.port, "just taken by another process"
             ) from None
         await self._set_health(NOT_SERVING)
