@@ -16,12 +16,13 @@ from budget_service.streams import StreamSlots
 from budget_service.sweeper import Sweeper
 from budget_service.transactions import Transactions
 from budget_service.watch import EventHub
-from ration.budget.v1 import budget_service_pb2_grpc
+from ration.budget.v1 import budget_service_pb2, budget_service_pb2_grpc
 from servicekit.db import Database
 from servicekit.migrations import MigrationSet
 from servicekit.server import AppFactory, ServiceApp
 
-SERVICE_NAME = "ration.budget.v1.BudgetService"
+# From the descriptor, so the service is in the pool that server reflection serves.
+SERVICE_NAME = budget_service_pb2.DESCRIPTOR.services_by_name["BudgetService"].full_name
 MIGRATIONS = MigrationSet("budget", "budget_service.migrations")
 
 

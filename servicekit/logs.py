@@ -1,4 +1,5 @@
-"""JSON log lines with request id, tenant, method, code and duration; never content or secrets."""
+"""Log lines with request id, tenant, method, code and duration (never content or secrets):
+JSON for machines, compact text for a person at a terminal."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import json
 import logging
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from servicekit.settings import Env
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
 
@@ -36,9 +40,47 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
-def configure(level: str = "INFO") -> None:
+class TextFormatter(logging.Formatter):
+    """`12:00:01 info  migration applied  migration=budget/0001_schema`: one line a person reads
+    between the console lines; the same fields as the JSON, timestamps in local time."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+        line = f"{stamp} {record.levelname.lower():<5} {record.getMessage()}"
+        fields = {"request_id": request_id_var.get()} if request_id_var.get() else {}
+        fields.update(
+            (key, value)
+            for key, value in vars(record).items()
+            if key not in _RESERVED and not key.startswith("_")
+        )
+        if fields:
+            line += "  " + " ".join(f"{key}={_text(value)}" for key, value in fields.items())
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _text(value: object) -> str:
+    text = str(value)
+    return json.dumps(text) if not text or any(c.isspace() or c == '"' for c in text) else text
+
+
+FORMATS = ("auto", "json", "text")
+
+
+def log_format(env: Env, stream: TextIO | None = None) -> str:
+    """RATION_LOG_FORMAT: `json` or `text`; `auto` (the default) is text when stderr is a
+    terminal and JSON otherwise (a pipe, a file, a log collector)."""
+    chosen = env.choice("RATION_LOG_FORMAT", "auto", FORMATS)
+    if chosen != "auto":
+        return chosen
+    stream = sys.stderr if stream is None else stream
+    return "text" if stream.isatty() else "json"
+
+
+def configure(level: str = "INFO", format: str = "json") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(TextFormatter() if format == "text" else JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

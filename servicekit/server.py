@@ -11,10 +11,13 @@ from typing import Any
 
 import asyncpg
 import grpc
+from google.protobuf import descriptor_pool
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
+from servicekit import ports
 from servicekit.auth import TokenTable
 from servicekit.db import Database
 from servicekit.dbrole import check_role
@@ -51,11 +54,35 @@ class ServiceApp:
 AppFactory = Callable[[Database, CollectorRegistry], ServiceApp]
 
 
+def enable_reflection(server: grpc.aio.Server, service_name: str) -> None:
+    """Reflection over the default pool, which must hold the service and the error details
+    (google.rpc.ErrorInfo, BadRequest, ...) so that grpcurl can describe and decode them."""
+    pool = descriptor_pool.Default()
+    pool.FindFileByName(error_details_pb2.DESCRIPTOR.name)
+    try:
+        pool.FindServiceByName(service_name)
+    except KeyError:  # the app never imported its *_service_pb2 (or has no descriptor)
+        log.warning("reflection cannot describe the service", extra={"service": service_name})
+    reflection.enable_server_reflection(
+        (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool
+    )
+
+
 class ServiceRunner:
     """One gRPC server for one service: start, become SERVING when Postgres answers, stop."""
 
-    def __init__(self, factory: AppFactory, settings: ServerSettings, database: Database) -> None:
+    def __init__(
+        self,
+        factory: AppFactory,
+        settings: ServerSettings,
+        database: Database,
+        *,
+        reuse_port: bool = False,
+    ) -> None:
         self.settings = settings
+        # SO_REUSEPORT only between the workers of one supervisor (which checked the port is
+        # free); a lone server binds exclusively, so a second one fails instead of sharing.
+        self.reuse_port = reuse_port
         self.database = database
         self.registry = CollectorRegistry()
         self.app = factory(database, self.registry)
@@ -78,6 +105,7 @@ class ServiceRunner:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
+        ports.check_service_ports(self.app.name, self.settings, grpc=not self.reuse_port)
         errors = ErrorMapper(self.app.error_domain)
         tokens = TokenTable.load(self.settings.token_file)
         # Their caches hold only registered methods; unknown paths get UnknownMethod.
@@ -92,17 +120,19 @@ class ServiceRunner:
                 ("grpc.max_receive_message_length", self.settings.max_message_bytes),
                 ("grpc.max_send_message_length", self.settings.max_message_bytes),
                 ("grpc.max_concurrent_streams", self.settings.max_concurrent_streams),
-                ("grpc.so_reuseport", 1),
+                ("grpc.so_reuseport", 1 if self.reuse_port else 0),
             ],
         )
         self.app.register(server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        reflection.enable_server_reflection(
-            (self.app.service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
-        self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
-        if self.port == 0:
-            raise OSError(f"cannot bind {self.settings.host}:{self.settings.port}")
+        enable_reflection(server, self.app.service_name)
+        try:
+            self.port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        except RuntimeError:  # taken between the check and the bind
+            variable = ports.listen_variables(self.app.name)[0]
+            raise ports.PortTaken(
+                variable, self.settings.host, self.settings.port, "just taken by another process"
+            ) from None
         await self._set_health(NOT_SERVING)
         await server.start()
         self._server = server

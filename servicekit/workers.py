@@ -8,8 +8,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from typing import Protocol
 
-from servicekit.settings import SettingsError, parse_address
+from servicekit.ports import check_free, listen_variables
+from servicekit.settings import ServerSettings, SettingsError, parse_address
+
+
+class Stopping(Protocol):
+    requested: bool
 
 
 def worker_env(
@@ -27,34 +33,41 @@ def worker_env(
     return env
 
 
-def supervise(service: str, workers: int, database_url: str, listen: str) -> int:
-    """Starts `workers` copies of `ration <service> serve`, forwards SIGINT/SIGTERM, reaps them."""
-    if listen.endswith(":0"):
-        raise SettingsError(
-            f"RATION_WORKERS={workers} needs a fixed port in RATION_{service.upper()}_LISTEN"
-        )
+def check_ports(service: str, workers: int, settings: ServerSettings) -> None:
+    """Before any worker starts: no other process may hold the gRPC port the workers will share
+    (they alone set SO_REUSEPORT), nor any worker's metrics port."""
+    grpc_variable, metrics_variable = listen_variables(service)
+    if settings.port == 0:
+        raise SettingsError(f"RATION_WORKERS={workers} needs a fixed port in {grpc_variable}")
+    check_free(grpc_variable, settings.host, settings.port)
+    if settings.metrics_host is not None and settings.metrics_port:
+        for index in range(workers):
+            check_free(metrics_variable, settings.metrics_host, settings.metrics_port + index)
+
+
+def supervise(service: str, workers: int, database_url: str, stop: Stopping) -> int:
+    """Starts `workers` copies of `ration <service> serve`, passes a stop on as SIGTERM (and
+    stops all when one dies, for the platform to restart), reaps them. Not the main thread:
+    `stop` is set by the caller's signal handling."""
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "servicekit.cli", service, "serve"],
+            [sys.executable, "-m", "servicekit.cli", service, "serve", "--shared-port"],
             env=worker_env(os.environ, service, index, database_url),
         )
         for index in range(workers)
     ]
-    stopping = False
-
-    def forward(signum: int, frame: object) -> None:
-        nonlocal stopping
-        stopping = True
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
+    forwarded = False
     while any(child.poll() is None for child in children):
-        if not stopping and any(child.poll() not in (None, 0) for child in children):
-            forward(
-                signal.SIGTERM, None
-            )  # one worker died: stop the rest, let the platform restart
+        failed = any(child.poll() not in (None, 0) for child in children)
+        if not forwarded and (stop.requested or failed):
+            forwarded = True
+            for child in children:
+                if child.poll() is None:
+                    child.send_signal(signal.SIGTERM)
         time.sleep(0.2)
-    return max((child.returncode or 0) for child in children)
+    codes = [child.returncode or 0 for child in children]
+    if stop.requested:
+        # A worker that had already stopped on the terminal's Ctrl-C may meet the forwarded
+        # SIGTERM while its interpreter is finalizing (default handlers again): still clean.
+        codes = [0 if code in (-signal.SIGTERM, -signal.SIGINT) else code for code in codes]
+    return max(codes, key=abs)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +113,14 @@ class Proc:
             f"{marker!r} not seen; stdout={self.lines} stderr={self.stderr_tail()}"
         )
 
+    def wait_for_stderr(self, marker: str, timeout: float = 120) -> None:
+        """Until a stderr line (read by the drain thread) contains `marker`."""
+        deadline = time.monotonic() + timeout
+        while not any(marker in line for line in self.errors):
+            if time.monotonic() > deadline or self.popen.poll() is not None:
+                raise AssertionError(f"{marker!r} not in stderr: {self.stderr_tail()}")
+            time.sleep(0.02)
+
     def stderr_tail(self) -> str:
         if self.popen.poll() is None:
             return "".join(self.errors[-40:])[-3000:] or "(running)"
@@ -126,6 +138,33 @@ class Proc:
         except subprocess.TimeoutExpired:
             os.killpg(self.popen.pid, signal.SIGKILL)
             raise
+
+
+@contextlib.contextmanager
+def embedded_data_dir() -> Iterator[Path]:
+    """A data directory for an embedded Postgres, outside pytest's basetemp: as root, pgserver
+    runs postgres as an unprivileged user that must reach it, and every pytest run (other
+    sessions too) makes /tmp/pytest-of-<user> private again. Anything left is killed."""
+    parent = Path(tempfile.mkdtemp(prefix="ration-pg-"))
+    path = parent / "pgdata"
+    try:
+        yield path
+    finally:
+        kill_processes_mentioning(str(path))  # only after a failure is anything left
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def kill_processes_mentioning(text: str) -> None:
+    """Cleanup after a failed test: SIGKILL what processes_mentioning(text) finds."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline:
+                with contextlib.suppress(OSError):
+                    os.kill(int(entry.name), signal.SIGKILL)
 
 
 def processes_mentioning(text: str) -> list[str]:

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from procs import BIN, ROOT, clean_env, processes_mentioning
+from procs import BIN, ROOT, Proc, clean_env, embedded_data_dir, processes_mentioning
 
 pytestmark = pytest.mark.system
 
 
-def test_demo_runs_to_a_breach_and_its_totals_match_get_run(tmp_path: Path) -> None:
-    data_dir = tmp_path / "pg"
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    with embedded_data_dir() as path:
+        yield path
+
+
+def test_demo_runs_to_a_breach_and_its_totals_match_get_run(data_dir: Path) -> None:
     result = subprocess.run(
         [str(BIN / "ration"), "demo"],
         cwd=ROOT,
@@ -43,4 +50,36 @@ def test_demo_runs_to_a_breach_and_its_totals_match_get_run(tmp_path: Path) -> N
     for billed, consumed in rows.values():
         assert billed == consumed
     assert "run state: FAILED budget_exhausted" in out
+    assert processes_mentioning(str(data_dir)) == []
+
+
+def test_demo_after_a_sigkilled_run_stops_the_postgres_it_took_over(data_dir: Path) -> None:
+    killed = Proc.start([str(BIN / "ration"), "up"], clean_env(RATION_DATA_DIR=str(data_dir)))
+    try:
+        killed.wait_for("ready:")
+    finally:
+        killed.stop(signal.SIGKILL)
+    assert processes_mentioning(str(data_dir)), "SIGKILL leaves the embedded postgres behind"
+    result = subprocess.run(
+        [str(BIN / "ration"), "demo"],
+        cwd=ROOT,
+        env=clean_env(RATION_DATA_DIR=str(data_dir)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert processes_mentioning(str(data_dir)) == []
+
+
+def test_ctrl_c_during_the_demo_exits_130_and_leaves_nothing(data_dir: Path) -> None:
+    proc = Proc.start([str(BIN / "ration"), "demo"], clean_env(RATION_DATA_DIR=str(data_dir)))
+    proc.wait_for(" event ")
+    code = proc.stop(signal.SIGINT)
+    assert code == 130, proc.stderr_tail()
+    assert proc.rest_of_stdout()[-1:] == ["interrupted"]
+    errors = proc.stderr_tail()
+    for text in ("Traceback", "never awaited", "Event loop is closed"):
+        assert text not in errors, errors
     assert processes_mentioning(str(data_dir)) == []

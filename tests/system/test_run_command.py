@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import signal
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from procs import BIN, ROOT, Proc, clean_env, processes_mentioning
+from procs import BIN, ROOT, Proc, clean_env, embedded_data_dir, processes_mentioning
 
 pytestmark = pytest.mark.system
 
@@ -24,10 +25,15 @@ def health(address: str) -> int:
         return int(reply.status)
 
 
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    with embedded_data_dir() as path:
+        yield path
+
+
 def test_make_run_serves_both_on_embedded_postgres_and_ctrl_c_leaves_nothing(
-    tmp_path: Path,
+    data_dir: Path,
 ) -> None:
-    data_dir = tmp_path / "pgdata"
     proc = Proc.start(
         ["make", "--no-print-directory", "run"], clean_env(RATION_DATA_DIR=str(data_dir))
     )
