@@ -163,7 +163,7 @@ def start_service(
     )
     ration = Path(sys.executable).parent / "ration"
     argv = [str(ration), service, "serve"] if ration.exists() else [
-        sys.executable, "-m", "servicekit.cli", service, "serve"
+        sys.executable, "-m", "ration_server.cli", service, "serve"
     ]  # fmt: skip
     address = f"127.0.0.1:{port}"
     server = _spawn(service, argv, env, log_dir / f"{service}.log", address, workers)

@@ -16,7 +16,7 @@ from typing import Any
 import tiktoken
 import tiktoken.load
 
-from memory_service.tokens import ENCODINGS, TokenCounter, packaged_data_dir
+from memory_service.adapters.tokenizer import ENCODINGS, TokenCounter, packaged_data_dir
 
 MAX_ENTRY_BYTES = 64 * 1024  # RATION_MEMORY_MAX_ENTRY_BYTES' default
 REPEATS = 15

@@ -51,7 +51,7 @@ def supervise(service: str, workers: int, database_url: str, stop: Stopping) -> 
     `stop` is set by the caller's signal handling."""
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "servicekit.cli", service, "serve", "--shared-port"],
+            [sys.executable, "-m", "ration_server.cli", service, "serve", "--shared-port"],
             env=worker_env(os.environ, service, index, database_url),
         )
         for index in range(workers)

@@ -14,7 +14,7 @@ import grpc
 import jsonschema
 from rpc_errors import RpcErrorDetails, decode
 
-from budget_service.events import OPENWOP_PAYLOAD_SCHEMAS
+from budget_service.domain.events import OPENWOP_PAYLOAD_SCHEMAS
 from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
 

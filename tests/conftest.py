@@ -81,8 +81,8 @@ async def _admin(url: str, *statements: str) -> None:
 
 
 def all_migrations() -> list:  # type: ignore[type-arg]
-    from budget_service.app import MIGRATIONS as BUDGET
-    from memory_service.app import MIGRATIONS as MEMORY
+    from budget_service.definition import MIGRATIONS as BUDGET
+    from memory_service.definition import MIGRATIONS as MEMORY
 
     return [BUDGET, MEMORY]
 
@@ -187,14 +187,14 @@ async def start_server(app_database_url: str) -> AsyncIterator[StartServer]:
         env = service_env(app_database_url, **overrides)
         url = env.text("RATION_DATABASE_URL", app_database_url)
         if kind == "budget":
-            from budget_service.app import factory
-            from budget_service.settings import BudgetSettings
+            from budget_service.definition import factory
+            from budget_service.usecases.settings import BudgetSettings
 
             bs = BudgetSettings.from_env(env)
             runner = ServiceRunner(factory(bs), bs.server, Database(url, bs.database))
         else:
-            from memory_service.app import factory as mfactory
-            from memory_service.settings import MemorySettings
+            from memory_service.definition import factory as mfactory
+            from memory_service.usecases.settings import MemorySettings
 
             ms = MemorySettings.from_env(env)
             runner = ServiceRunner(mfactory(ms), ms.server, Database(url, ms.database))

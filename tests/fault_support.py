@@ -238,13 +238,13 @@ def build_runner(kind: str, database_url: str, **overrides: str) -> ServiceRunne
     database_url = pgroles.current().app_url(database_url)
     env = service_env(database_url, **overrides)
     if kind == "budget":
-        from budget_service.app import factory
-        from budget_service.settings import BudgetSettings
+        from budget_service.definition import factory
+        from budget_service.usecases.settings import BudgetSettings
 
         bs = BudgetSettings.from_env(env)
         return ServiceRunner(factory(bs), bs.server, Database(database_url, bs.database))
-    from memory_service.app import factory as memory_factory
-    from memory_service.settings import MemorySettings
+    from memory_service.definition import factory as memory_factory
+    from memory_service.usecases.settings import MemorySettings
 
     ms = MemorySettings.from_env(env)
     return ServiceRunner(memory_factory(ms), ms.server, Database(database_url, ms.database))

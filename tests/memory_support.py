@@ -21,7 +21,7 @@ import tiktoken
 from rpc_errors import RpcErrorDetails, decode
 from tiktoken_ext import openai_public
 
-from memory_service.tokens import packaged_data_dir
+from memory_service.adapters.tokenizer import packaged_data_dir
 from ration.memory.v1 import memory_pb2, memory_service_pb2, memory_service_pb2_grpc
 
 pb = memory_service_pb2
@@ -247,7 +247,7 @@ async def rows_written_by_revision(
 
 
 def canonical_document(items: Iterable[dict[str, str]], changes: Iterable[dict[str, Any]]) -> bytes:
-    """DESIGN 4.2's canonical content, built independently of memory_service.manifest and
+    """DESIGN 4.2's canonical content, built independently of memory_service.domain.manifest and
     encoded by the rfc8785 package: the reference that reported manifest_bytes must match."""
 
     def nfc(value: str | None) -> str | None:

@@ -14,7 +14,7 @@ from budget_support import (
 )
 from conftest import StartServer
 
-from budget_service.events import OPENWOP_PAYLOAD_SCHEMAS
+from budget_service.domain.events import OPENWOP_PAYLOAD_SCHEMAS
 
 
 @pytest.mark.parametrize("enforce", ["hard", "advisory"])

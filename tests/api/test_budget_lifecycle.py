@@ -11,7 +11,7 @@ import grpc
 from budget_support import USD, Budget, new_id, rpc_error
 from conftest import StartServer
 
-from budget_service.policy import Window, window_start
+from budget_service.domain.policy import Window, window_start
 from ration.budget.v1 import budget_pb2 as pb
 
 

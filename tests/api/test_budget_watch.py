@@ -9,7 +9,7 @@ import grpc
 from budget_support import Budget, rpc_error
 from conftest import StartServer
 
-from budget_service.watch import LISTENER_NAME
+from budget_service.store.event_hub import LISTENER_NAME
 from ration.budget.v1 import budget_pb2 as pb
 
 READ_TIMEOUT = 15  # a bound on a hang, not a speed assertion

@@ -8,7 +8,7 @@ import asyncpg
 import grpc
 from memory_support import Memory, rows_written_by_revision
 
-from memory_service import store
+from memory_service.store import writes as store
 
 ONE_ENTRY_APPEND = {
     "memories": 1,  # the head advanced

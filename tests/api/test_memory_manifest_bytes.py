@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from memory_support import Memory, canonical_document, entry, materialise, rpc_error
 
-from memory_service import store_reads
-from memory_service.manifest import canonical_content
+from memory_service.domain.manifest import canonical_content
+from memory_service.store import reads as store_reads
 from servicekit.auth import DEV_TENANT
 
 MIN_TOMBSTONE_REVISIONS = 2

@@ -13,7 +13,7 @@ import pytest
 from conftest import StartServer
 from memory_support import Memory, entry, rpc_error
 
-from memory_service.embedding import Embedder, EmbedderFiles, from_bytes
+from memory_service.adapters.embedder import Embedder, EmbedderFiles, from_bytes
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as pb
 from ration.memory.v1 import memory_service_pb2_grpc
@@ -236,7 +236,7 @@ async def test_a_model_file_that_fails_verification_turns_semantic_off_and_says_
     monkeypatch.setattr(
         EmbedderFiles, "packaged", classmethod(lambda cls: cls(tampered, files.tokenizer))
     )
-    with caplog.at_level(logging.WARNING, logger="memory_service.app"):
+    with caplog.at_level(logging.WARNING, logger="memory_service.definition"):
         runner = await start_server("memory")
     [record] = [r for r in caplog.records if "embedder unavailable" in r.getMessage()]
     assert "not the pinned" in record.reason  # type: ignore[attr-defined]

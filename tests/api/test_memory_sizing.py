@@ -10,7 +10,7 @@ from conftest import StartServer
 from memory_support import fresh_size
 
 from bench.sizing import worst_case_texts
-from memory_service.settings import MemorySettings
+from memory_service.usecases.settings import MemorySettings
 from ration.memory.v1 import memory_pb2
 from ration_client import MemoryClient
 from servicekit.settings import Env

@@ -10,7 +10,7 @@ from conftest import StartServer
 from google.rpc import error_details_pb2
 from memory_support import MEMORY_TABLES, Memory, entry, row_counts, rpc_error, scrape
 
-from memory_service.embedding import Embedder, from_bytes
+from memory_service.adapters.embedder import Embedder, from_bytes
 from ration.memory.v1 import memory_pb2 as m
 
 RUN_SECRET = "hunter2-correct-horse"

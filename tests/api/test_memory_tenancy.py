@@ -14,7 +14,9 @@ import pytest
 from conftest import StartServer
 from memory_support import Memory, rpc_error
 
-from memory_service import store, store_candidates, store_reads
+from memory_service.store import candidate_reads as store_candidates
+from memory_service.store import reads as store_reads
+from memory_service.store import writes as store
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as pb
 from servicekit.auth import digest

@@ -15,7 +15,7 @@ from conftest import StartServer
 from google.protobuf import timestamp_pb2
 from memory_support import MEMORY_TABLES, Memory, entry, request_id, rpc_error
 
-from memory_service.tokens import TokenCounter, TokenUnit
+from memory_service.adapters.tokenizer import TokenCounter, TokenUnit
 from ration.memory.v1 import memory_pb2
 from servicekit.auth import digest
 

@@ -18,13 +18,13 @@ from conftest import StartServer, all_migrations
 from memory_support import Memory
 from prometheus_client import CollectorRegistry
 
-from budget_service import store_reads
-from budget_service.metrics import BudgetMetrics
-from budget_service.policy import Dimension
-from budget_service.settings import BudgetSettings
-from budget_service.sweeper import Sweeper
-from budget_service.transactions import Transactions
-from memory_service.app import MIGRATIONS as MEMORY
+from budget_service.adapters.metrics import BudgetMetrics
+from budget_service.domain.policy import Dimension
+from budget_service.store import reads as store_reads
+from budget_service.usecases.settings import BudgetSettings
+from budget_service.usecases.sweeper import Sweeper
+from budget_service.usecases.transactions import Transactions
+from memory_service.definition import MIGRATIONS as MEMORY
 from ration.budget.v1 import budget_pb2 as pb
 from servicekit.db import Database, enter_tenant
 from servicekit.dbrole import privilege_problem

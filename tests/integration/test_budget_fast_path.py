@@ -23,11 +23,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from budget_service import commands as cmd
-from budget_service import fastpath, replies
-from budget_service import reservations as reservations_module
-from budget_service.metrics import BudgetMetrics
-from budget_service.policy import (
+from budget_service.adapters.metrics import BudgetMetrics
+from budget_service.domain import commands as cmd
+from budget_service.domain.policy import (
     BudgetPolicy,
     Dimension,
     OnExhaustion,
@@ -35,14 +33,17 @@ from budget_service.policy import (
     ScopeBudget,
     ScopeBudgetKind,
 )
-from budget_service.reservations import Reservations
-from budget_service.reservations_locked import LockedReservations
-from budget_service.service import BudgetService
-from budget_service.settings import BudgetSettings
-from budget_service.state import ReserveMode
-from budget_service.store_write import EVENTS_CHANNEL
-from budget_service.transactions import Transactions
-from budget_service.watch import EventHub
+from budget_service.domain.run_state import ReserveMode
+from budget_service.store import fast_path as fastpath
+from budget_service.store import stored_replies as replies
+from budget_service.store.changes import EVENTS_CHANNEL
+from budget_service.store.event_hub import EventHub
+from budget_service.usecases import reservations as reservations_module
+from budget_service.usecases.locked_reservations import LockedReservations
+from budget_service.usecases.reservations import Reservations
+from budget_service.usecases.runs import BudgetService
+from budget_service.usecases.settings import BudgetSettings
+from budget_service.usecases.transactions import Transactions
 from servicekit.errors import DomainError
 from servicekit.idempotency import RequestKey
 from servicekit.settings import Env

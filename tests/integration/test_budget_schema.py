@@ -6,10 +6,10 @@ import asyncpg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from budget_service.metrics import BudgetMetrics
-from budget_service.settings import BudgetSettings
-from budget_service.sweeper import Sweeper
-from budget_service.transactions import Transactions
+from budget_service.adapters.metrics import BudgetMetrics
+from budget_service.usecases.settings import BudgetSettings
+from budget_service.usecases.sweeper import Sweeper
+from budget_service.usecases.transactions import Transactions
 from servicekit.db import Database
 from servicekit.settings import Env
 

@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from budget_service import commands as cmd
-from budget_service.metrics import BudgetMetrics
-from budget_service.policy import (
+from budget_service.adapters.metrics import BudgetMetrics
+from budget_service.domain import commands as cmd
+from budget_service.domain.policy import (
     BudgetPolicy,
     Dimension,
     OnExhaustion,
@@ -26,14 +26,14 @@ from budget_service.policy import (
     ScopeBudgetKind,
     Window,
 )
-from budget_service.reservations import Reservations
-from budget_service.service import BudgetService
-from budget_service.settings import BudgetSettings
-from budget_service.state import HoldState, ReserveMode
-from budget_service.store_write import EVENTS_CHANNEL
-from budget_service.sweeper import Sweeper
-from budget_service.transactions import Transactions
-from budget_service.watch import EventHub
+from budget_service.domain.run_state import HoldState, ReserveMode
+from budget_service.store.changes import EVENTS_CHANNEL
+from budget_service.store.event_hub import EventHub
+from budget_service.usecases.reservations import Reservations
+from budget_service.usecases.runs import BudgetService
+from budget_service.usecases.settings import BudgetSettings
+from budget_service.usecases.sweeper import Sweeper
+from budget_service.usecases.transactions import Transactions
 from servicekit.db import Database
 from servicekit.errors import DomainError
 from servicekit.settings import Env

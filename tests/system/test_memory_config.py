@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 from procs import BIN, clean_env
 
-from memory_service.tokens import packaged_data_dir
+from memory_service.adapters.tokenizer import packaged_data_dir
 
 pytestmark = pytest.mark.system
 

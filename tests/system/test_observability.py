@@ -45,8 +45,8 @@ import yaml
 from conftest import with_database
 from procs import BIN, ROOT, Proc, clean_env
 
-from budget_service.servicer import BudgetServicer
-from memory_service.servicer import MemoryServicer
+from budget_service.api.servicer import BudgetServicer
+from memory_service.api.servicer import MemoryServicer
 from ration.budget.v1 import budget_pb2 as b
 from ration.budget.v1 import budget_service_pb2, budget_service_pb2_grpc
 from ration.memory.v1 import memory_pb2 as m

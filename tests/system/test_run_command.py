@@ -94,7 +94,7 @@ def test_two_replicas_started_together_migrate_exactly_once(empty_database_url: 
         for proc in procs:
             assert proc.stop() == 0
     logs = "".join(proc.stderr_tail() for proc in procs)
-    files = sorted((ROOT / "budget_service" / "migrations").glob("*.sql"))
+    files = sorted((ROOT / "budget_service" / "store" / "migrations").glob("*.sql"))
     assert logs.count('"msg": "migration applied"') == len(files)
 
     async def ledger() -> list[tuple[str, int]]:

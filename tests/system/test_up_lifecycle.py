@@ -40,7 +40,7 @@ def assert_clean(proc: Proc, data_dir: Path) -> None:
 # Where the SIGINT lands: stdout lines are the console, stderr lines the (JSON) log. Not right
 # after the spawn: until the interpreter runs the console script, a SIGINT is Python's own (it
 # dies of the signal, or prints a KeyboardInterrupt from inside `site`); from the script's first
-# line on, servicekit.entry has made a signal a stop request.
+# line on, ration_server.entry has made a signal a stop request.
 POINTS = {
     "postgres starting": ("stdout", "postgres: embedded"),  # importing pgserver, initdb
     "initdb running": ("process", "bin/initdb"),  # Ctrl-C reaches initdb too, which gives up

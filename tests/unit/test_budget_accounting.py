@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budget_service.accounting import (
+from budget_service.domain.accounting import (
     apply_consume,
     apply_hold,
     apply_reserve_breach,
@@ -20,7 +20,7 @@ from budget_service.accounting import (
     settle_hold,
     threshold_reached,
 )
-from budget_service.events import (
+from budget_service.domain.events import (
     BudgetConsumed,
     BudgetEvent,
     BudgetExhausted,
@@ -30,7 +30,7 @@ from budget_service.events import (
     ThresholdCrossed,
     payload,
 )
-from budget_service.policy import (
+from budget_service.domain.policy import (
     BudgetPolicy,
     Dimension,
     EffectiveBudget,
@@ -40,14 +40,14 @@ from budget_service.policy import (
     Scope,
     resolve_effective_budget,
 )
-from budget_service.refusals import (
+from budget_service.domain.refusals import (
     budget_exhausted_error,
     budget_held_error,
     consume_settles_hold,
     ensure_can_release,
     ensure_can_reserve,
 )
-from budget_service.state import (
+from budget_service.domain.run_state import (
     RUN_BALANCE,
     Balance,
     BalanceRef,

@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from budget_service import convert
-from budget_service import convert_out as out
-from budget_service.policy import Dimension, Enforcement, OnExhaustion, Scope, Window
-from budget_service.records import StoredScopeBudget
-from budget_service.state import ReserveMode, RunOutcome
+from budget_service.api import requests as convert
+from budget_service.api import responses as out
+from budget_service.domain.policy import Dimension, Enforcement, OnExhaustion, Scope, Window
+from budget_service.domain.records import StoredScopeBudget
+from budget_service.domain.run_state import ReserveMode, RunOutcome
 from ration.budget.v1 import budget_pb2 as pb
 from servicekit.errors import BadRequestDetail, DomainError
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from budget_service.events import (
+from budget_service.domain.events import (
     OPENWOP_PAYLOAD_SCHEMAS,
     BudgetConsumed,
     BudgetEvent,
@@ -24,7 +24,7 @@ from budget_service.events import (
     render_amount,
     usd_text,
 )
-from budget_service.policy import Dimension, EffectiveBudget, OnExhaustion, Scope
+from budget_service.domain.policy import Dimension, EffectiveBudget, OnExhaustion, Scope
 
 USD = 10**9
 SAMPLES: list[BudgetEvent] = [

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from budget_service.gates import RunGates
+from budget_service.usecases.run_gates import RunGates
 from servicekit.errors import DomainError
 
 

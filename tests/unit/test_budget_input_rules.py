@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from budget_service.validation import (
+from budget_service.domain.input_rules import (
     MAX_PAGE_SIZE,
     validate_id,
     validate_optional_id,

@@ -6,10 +6,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from budget_service import events as ev
-from budget_service.metrics import BudgetMetrics, Tally
-from budget_service.policy import Dimension, Enforcement, Scope
-from budget_service.state import Balance, BalanceRef, HoldState
+from budget_service.adapters.metrics import BudgetMetrics, Tally
+from budget_service.domain import events as ev
+from budget_service.domain.policy import Dimension, Enforcement, Scope
+from budget_service.domain.run_state import Balance, BalanceRef, HoldState
 from servicekit.labels import MetricLabels
 
 

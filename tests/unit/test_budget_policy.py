@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from budget_service.policy import (
+from budget_service.domain.input_rules import (
+    validate_amounts,
+    validate_model_id,
+    validate_policy,
+    validate_scope_budget,
+)
+from budget_service.domain.policy import (
     DEFAULT_THRESHOLD_PERCENT,
     HOST,
     WINDOW_EPOCH,
@@ -30,13 +36,7 @@ from budget_service.policy import (
     resolve_effective_budget,
     window_start,
 )
-from budget_service.refusals import model_denied_error
-from budget_service.validation import (
-    validate_amounts,
-    validate_model_id,
-    validate_policy,
-    validate_scope_budget,
-)
+from budget_service.domain.refusals import model_denied_error
 from servicekit.errors import ErrorKind, FieldViolation, PreconditionDetail
 
 USD = 10**9

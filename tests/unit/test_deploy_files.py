@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from budget_service.settings import BudgetSettings
-from memory_service.settings import MemorySettings
+from budget_service.usecases.settings import BudgetSettings
+from memory_service.usecases.settings import MemorySettings
 from servicekit import pgroles
 from servicekit.auth import TokenTable
 from servicekit.settings import Env, ServerSettings, SettingsError
@@ -115,7 +115,7 @@ def test_dockerignore_keeps_local_state_out_and_the_sources_in() -> None:
         "ration.egg-info/PKG-INFO",
     ):
         assert dockerignored(path), path
-    for path in ("servicekit/cli.py", "gen/python/ration/budget/v1/budget_pb2.py", "README.md"):
+    for path in ("ration_server/cli.py", "gen/python/ration/budget/v1/budget_pb2.py", "README.md"):
         assert not dockerignored(path), path
 
 

@@ -13,8 +13,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from budget_service.settings import BudgetSettings
-from memory_service.settings import MemorySettings
+from budget_service.usecases.settings import BudgetSettings
+from memory_service.usecases.settings import MemorySettings
 from servicekit.auth import TokenTable
 from servicekit.settings import Env
 

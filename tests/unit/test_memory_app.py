@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from memory_service.app import factory
-from memory_service.settings import MemorySettings
+from memory_service.definition import factory
+from memory_service.usecases.settings import MemorySettings
 from servicekit.settings import Env, SettingsError
 
 

@@ -11,11 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_service.candidate_cache import CandidateCache
-from memory_service.candidates import RANKINGS, VECTOR_WEIGHT, CandidateIndex, CandidateRow
-from memory_service.search import fused_relevance, relevance_ranking
-from memory_service.selection import StoppedBy, rank_recency, select_prefix
-from memory_service.tokens import TokenUnit
+from memory_service.adapters.tokenizer import TokenUnit
+from memory_service.domain.candidate_index import (
+    RANKINGS,
+    VECTOR_WEIGHT,
+    CandidateIndex,
+    CandidateRow,
+)
+from memory_service.domain.selection import StoppedBy, rank_recency, select_prefix
+from memory_service.usecases.candidate_cache import CandidateCache
+from memory_service.usecases.relevance import fused_relevance, relevance_ranking
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_service.capacity import (
+from memory_service.domain.capacity import (
     DIMENSION_ORDER,
     GROWTH,
     CapacityBudget,

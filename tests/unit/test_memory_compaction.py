@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_service.capacity import Usage
-from memory_service.compaction import (
+from memory_service.domain.capacity import Usage
+from memory_service.domain.compaction import (
     CompactionPolicy,
     TombstoneStatus,
     age_cutoff,
@@ -17,8 +17,8 @@ from memory_service.compaction import (
     plan_compaction,
     select_for_compaction,
 )
-from memory_service.ids import new_entry_id, new_version_id
-from memory_service.manifest import (
+from memory_service.domain.ids import new_entry_id, new_version_id
+from memory_service.domain.manifest import (
     Change,
     ChangeOp,
     ItemState,

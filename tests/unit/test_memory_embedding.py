@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_service.embedding import (
+from memory_service.adapters.embedder import (
     DIMENSION,
     Embedder,
     EmbedderFiles,

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from memory_service.ids import (
+from memory_service.domain.ids import (
     is_entry_id,
     is_version_id,
     new_entry_id,

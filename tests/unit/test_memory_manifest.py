@@ -12,8 +12,8 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_service.ids import new_entry_id, new_version_id
-from memory_service.manifest import (
+from memory_service.domain.ids import new_entry_id, new_version_id
+from memory_service.domain.manifest import (
     ACTIVE_ITEM_BYTES,
     INACTIVE_ITEM_BYTES,
     Change,

@@ -8,7 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from memory_service.commands import (
+from memory_service.adapters.embedder import Embedder, from_bytes
+from memory_service.adapters.tokenizer import TokenCounter, TokenUnit
+from memory_service.domain.commands import (
     AppendEntries,
     ChangeEntryStates,
     CompactMemory,
@@ -16,12 +18,10 @@ from memory_service.commands import (
     ReviseEntry,
     WriteTarget,
 )
-from memory_service.embedding import Embedder, from_bytes
-from memory_service.manifest import content_hash
-from memory_service.preparation import prepare_write
-from memory_service.redaction import Secret
-from memory_service.tokens import TokenCounter, TokenUnit
-from memory_service.write_redaction import REQUEST_SECRET_LABEL, redact_write
+from memory_service.domain.manifest import content_hash
+from memory_service.domain.redaction import Secret
+from memory_service.domain.write_redaction import REQUEST_SECRET_LABEL, redact_write
+from memory_service.usecases.preparation import prepare_write
 from servicekit.errors import BadRequestDetail, DomainError
 
 SECRET = "correct-horse-battery"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_service.redaction import (
+from memory_service.domain.redaction import (
     DETECTOR_NAMES,
     Secret,
     SecretBesideMarker,

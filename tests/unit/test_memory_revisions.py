@@ -7,13 +7,13 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_service.capacity import CapacityBudget, Dimension, Operation
-from memory_service.compaction import CompactionPolicy, TombstoneStatus, plan_compaction
-from memory_service.ids import new_entry_id, new_version_id
-from memory_service.manifest import ChangeOp, ItemState, ManifestItem, canonical_content
-from memory_service.preparation import PreparedEntry
-from memory_service.records import Head, HeadItem
-from memory_service.revisions import (
+from memory_service.adapters.tokenizer import TokenUnit
+from memory_service.domain.capacity import CapacityBudget, Dimension, Operation
+from memory_service.domain.compaction import CompactionPolicy, TombstoneStatus, plan_compaction
+from memory_service.domain.ids import new_entry_id, new_version_id
+from memory_service.domain.manifest import ChangeOp, ItemState, ManifestItem, canonical_content
+from memory_service.domain.records import Head, HeadItem
+from memory_service.domain.revisions import (
     RevisionPlan,
     duplicates_to_retire,
     plan_append,
@@ -23,7 +23,7 @@ from memory_service.revisions import (
     plan_reactivate,
     plan_revise,
 )
-from memory_service.tokens import TokenUnit
+from memory_service.usecases.preparation import PreparedEntry
 
 HASHES = ("a" * 64, "b" * 64, "c" * 64)
 

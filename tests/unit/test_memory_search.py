@@ -6,7 +6,11 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_service.search import cosine_ranking, reciprocal_rank_fusion, relevance_ranking
+from memory_service.usecases.relevance import (
+    cosine_ranking,
+    reciprocal_rank_fusion,
+    relevance_ranking,
+)
 
 
 def unit(*values: float) -> np.ndarray:

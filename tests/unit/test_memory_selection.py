@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_service.selection import (
+from memory_service.domain.selection import (
     Candidate,
     StoppedBy,
     fit_response,

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_service.tokens import (
+from memory_service.adapters.tokenizer import (
     TokenCounter,
     TokenizerUnavailable,
     TokenUnit,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from memory_service.commands import (
+from memory_service.domain.commands import (
     AppendEntries,
     ChangeEntryStates,
     CompactMemory,
@@ -14,8 +14,8 @@ from memory_service.commands import (
     ReviseEntry,
     WriteTarget,
 )
-from memory_service.redaction import Secret
-from memory_service.validation import (
+from memory_service.domain.redaction import Secret
+from memory_service.domain.write_input_rules import (
     InputLimits,
     validate_append,
     validate_compact,

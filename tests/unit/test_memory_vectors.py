@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from memory_service.embedding import Embedder
-from memory_service.vectors import Vectors
+from memory_service.adapters.embedder import Embedder
+from memory_service.usecases.relevance_vectors import Vectors
 from servicekit.cpu import CpuPool
 from servicekit.errors import DomainError
 

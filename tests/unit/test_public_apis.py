@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("servicekit", "budget_service", "memory_service", "ration_client", "bench")
+PACKAGES = (
+    "servicekit",
+    "budget_service",
+    "memory_service",
+    "ration_server",
+    "ration_client",
+    "bench",
+)
 
 
 def _private_imports(path: Path) -> list[str]:

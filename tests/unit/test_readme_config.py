@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("servicekit", "budget_service", "memory_service")
+SOURCES = ("servicekit", "budget_service", "memory_service", "ration_server")
 # Read through a prefix (f"{prefix}_LISTEN") or by the client and CLI, documented elsewhere.
 CLIENT_ONLY = {"RATION_TOKEN", "RATION_BUDGET_ADDRESS", "RATION_MEMORY_ADDRESS"}
 

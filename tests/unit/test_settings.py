@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from budget_service.settings import BudgetSettings
-from memory_service.settings import MemorySettings
+from budget_service.usecases.settings import BudgetSettings
+from memory_service.usecases.settings import MemorySettings
 from servicekit.settings import Env, SettingsError, non_loopback
 
 

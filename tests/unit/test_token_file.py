@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from budget_service.settings import BudgetSettings
+from budget_service.usecases.settings import BudgetSettings
 from servicekit.auth import TokenTable, digest
 from servicekit.errors import DomainError
 from servicekit.settings import Env, SettingsError

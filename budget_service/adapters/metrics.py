@@ -1,0 +1,197 @@
+"""Budget domain metrics (DESIGN 7); counted from a Tally only after its transaction commits."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from budget_service.domain import events as ev
+from budget_service.domain.events import NANOS_PER_USD
+from budget_service.domain.policy import Dimension, Enforcement, Scope
+from budget_service.domain.run_state import Balance, BalanceRef, HoldState
+from servicekit.labels import MetricLabels
+
+# Labels come from bounded sets only: dimensions, reasons, states and scope kinds are the
+# server's own; models go through the allow list or the first N distinct, then `other`; the
+# tenant, project and pool scope id appear only with RATION_METRICS_TENANT_LABELS, bounded the
+# same way. Never run, reservation, request or user ids.
+
+# Each pool gauge's unit, by dimension: one unit per metric name.
+POOL_UNITS = {
+    Dimension.TOKENS: "tokens",
+    Dimension.COST: "usd",
+    Dimension.TOOL_CALLS: "tool_calls",
+    Dimension.RETRIES: "retries",
+}
+# Counted per (tenant, project[, model]): relabelled on the way out (BudgetMetrics._spend_labels).
+SPEND_METRICS = frozenset(("tokens", "cost", "tool_calls", "retries"))
+
+# One pooled budget's current window as a gauge refresh sees it.
+PoolBalances = tuple[str, BalanceRef, Mapping[Dimension, Balance]]
+
+
+@dataclass
+class Tally:
+    """Metric increments gathered inside a transaction: (metric, labels, amount)."""
+
+    items: list[tuple[str, tuple[str, ...], float]] = field(default_factory=list)
+
+    def add(self, metric: str, *labels: str, amount: float = 1.0) -> None:
+        self.items.append((metric, labels, amount))
+
+    def decision(self, decision: str, outcome: str, reason: str = "") -> None:
+        self.add("decisions", decision, outcome, reason)
+
+    def refused(self, reason: str, scope: Scope) -> None:
+        """A hard Reserve refusal, and the scope whose balance or policy refused it."""
+        self.decision("reserve", "refused", reason)
+        self.add("refusals", scope.value, reason)
+
+    def consumed(
+        self, tenant: str, project: str, model: str, usage: Mapping[Dimension, int]
+    ) -> None:
+        who = (tenant, project)
+        self.add("tokens", *who, model, amount=usage.get(Dimension.TOKENS, 0))
+        self.add("cost", *who, model, amount=usage.get(Dimension.COST, 0) / NANOS_PER_USD)
+        self.add("tool_calls", *who, amount=usage.get(Dimension.TOOL_CALLS, 0))
+        self.add("retries", *who, amount=usage.get(Dimension.RETRIES, 0))
+
+    def events(self, emitted: Iterable[ev.BudgetEvent], enforcement: Enforcement) -> None:
+        for event in emitted:
+            if isinstance(event, ev.ThresholdCrossed):
+                self.add("crossings", event.dimension.value)
+            elif isinstance(event, ev.BudgetExhausted):
+                self.add("exhaustions", event.dimension.value)
+            elif isinstance(event, ev.CapBreached):
+                self.add("breaches", event.dimension.value, enforcement.value)
+
+    def holds_ended(self, states: Iterable[HoldState]) -> None:
+        for state in states:
+            self.add("holds_ended", state.value)
+            if state is HoldState.EXPIRED:
+                self.add("holds_expired")
+                self.add("decisions", "expire", "recorded", "")
+
+    def overruns(self, overrun: Mapping[Dimension, int]) -> None:
+        for dimension, amount in overrun.items():
+            if amount > 0:
+                self.add("overruns", dimension.value)
+
+
+def pool_value(dimension: Dimension, amount: int) -> float:
+    """An amount in its gauge's unit: cost in USD, the others as counted."""
+    return amount / NANOS_PER_USD if dimension is Dimension.COST else float(amount)
+
+
+class BudgetMetrics:
+    """The `ration_budget_*` series, registered on the server's registry."""
+
+    def __init__(self, registry: CollectorRegistry, labels: MetricLabels | None = None) -> None:
+        labels = labels or MetricLabels()
+        self._models = labels.models()
+        self._tenant_labels = labels.tenant_labels
+        self._tenants, self._projects = labels.tenant_values(), labels.tenant_values()
+        self._scope_ids = labels.tenant_values()
+        self._max_pools = labels.max_pools
+        who = ("tenant", "project") if labels.tenant_labels else ()
+
+        def counter(name: str, doc: str, *names: str) -> Counter:
+            return Counter(f"ration_budget_{name}", doc, names, registry=registry)
+
+        self._counters: dict[str, Counter] = {
+            "tokens": counter("consumed_tokens", "Tokens recorded by Consume.", *who, "model"),
+            "cost": counter(
+                "consumed_cost_usd", "Aggregate cost recorded by Consume, USD.", *who, "model"
+            ),
+            "tool_calls": counter("consumed_tool_calls", "Tool calls recorded.", *who),
+            "retries": counter("consumed_retries", "Retries recorded.", *who),
+            "decisions": counter(
+                "decisions", "Budget decisions by outcome.", "decision", "outcome", "reason"
+            ),
+            "refusals": counter(
+                "refusals",
+                "Reserve refusals by the scope whose balance or policy refused.",
+                "scope",
+                "reason",
+            ),
+            "crossings": counter(
+                "threshold_crossings", "budget.threshold.crossed events.", "dimension"
+            ),
+            "exhaustions": counter("exhaustions", "budget.exhausted events.", "dimension"),
+            "breaches": counter("breaches", "cap.breached events.", "dimension", "enforcement"),
+            "advisory_refusals": counter(
+                "advisory_refusals", "Would-be refusals in advisory mode.", "reason"
+            ),
+            "holds_opened": counter("holds_opened", "Holds granted by Reserve."),
+            "holds_ended": counter("holds_ended", "Holds ended, by final state.", "state"),
+            "holds_expired": counter("holds_expired", "Holds that expired unconsumed."),
+            "overruns": counter("overruns", "Consumes above their hold.", "dimension"),
+        }
+        self.holds_open = Gauge(
+            "ration_budget_holds_open", "Open, unexpired holds (all replicas).", registry=registry
+        )
+        pool_labels = ("scope", "rank") + (("tenant", "scope_id") if labels.tenant_labels else ())
+        self.pool_remaining: dict[Dimension, Gauge] = {}
+        self.pool_limit: dict[Dimension, Gauge] = {}
+        for dimension, unit in POOL_UNITS.items():
+            self.pool_remaining[dimension] = Gauge(
+                f"ration_budget_pool_remaining_{unit}",
+                f"Remaining {unit} of the most depleted pooled budgets of each scope kind in "
+                "their current window (rank 1 = least left relative to its limit).",
+                pool_labels,
+                registry=registry,
+            )
+            self.pool_limit[dimension] = Gauge(
+                f"ration_budget_pool_limit_{unit}",
+                f"The {unit} limit of the pooled budget at the same scope and rank.",
+                pool_labels,
+                registry=registry,
+            )
+        self._pool_series: set[tuple[Dimension, tuple[str, ...]]] = set()
+
+    def _spend_labels(self, labels: tuple[str, ...]) -> tuple[str, ...]:
+        """(tenant, project[, model]) as exposed: bounded, and without ids unless opted in."""
+        tenant, project, *model = labels
+        models = tuple(self._models(m) for m in model)
+        if not self._tenant_labels:
+            return models
+        return (self._tenants(tenant), self._projects(project), *models)
+
+    def apply(self, tally: Tally) -> None:
+        for metric, labels, amount in tally.items:
+            if amount == 0:
+                continue
+            if metric in SPEND_METRICS:
+                labels = self._spend_labels(labels)
+            counter = self._counters[metric]
+            (counter.labels(*labels) if labels else counter).inc(amount)
+
+    def set_pools(self, pools: Iterable[PoolBalances]) -> None:
+        """Replaces the pool gauges with the `max_pools` most depleted pools of each scope kind
+        and unit; series no longer ranked disappear."""
+        ranked: dict[tuple[Dimension, Scope], list[tuple[float, int, str, str, int]]] = {}
+        for tenant, ref, balances in pools:
+            for dimension, balance in balances.items():
+                if balance.limit is None or balance.remaining is None:
+                    continue
+                share = balance.remaining / balance.limit if balance.limit else 0.0
+                entry = (share, balance.remaining, tenant, ref.scope_id, balance.limit)
+                ranked.setdefault((dimension, ref.scope), []).append(entry)
+        series: set[tuple[Dimension, tuple[str, ...]]] = set()
+        for (dimension, scope), entries in ranked.items():
+            entries.sort()
+            for rank, (_, remaining, tenant, scope_id, limit) in enumerate(
+                entries[: self._max_pools], start=1
+            ):
+                labels: tuple[str, ...] = (scope.value, str(rank))
+                if self._tenant_labels:
+                    labels += (self._tenants(tenant), self._scope_ids(scope_id))
+                self.pool_remaining[dimension].labels(*labels).set(pool_value(dimension, remaining))
+                self.pool_limit[dimension].labels(*labels).set(pool_value(dimension, limit))
+                series.add((dimension, labels))
+        for dimension, labels in self._pool_series - series:
+            self.pool_remaining[dimension].remove(*labels)
+            self.pool_limit[dimension].remove(*labels)
+        self._pool_series = series

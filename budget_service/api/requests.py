@@ -1,0 +1,276 @@
+"""Protobuf requests to budget commands, validated: every bad field is one violation."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from budget_service.domain import commands as cmd
+from budget_service.domain import input_rules as v
+from budget_service.domain.policy import (
+    BudgetPolicy,
+    Dimension,
+    Enforcement,
+    OnExhaustion,
+    Scope,
+    ScopeBudget,
+    ScopeBudgetKind,
+    Window,
+)
+from budget_service.domain.run_state import ReserveMode, RunOutcome
+from ration.budget.v1 import budget_pb2 as pb
+from servicekit.errors import FieldViolation, validation_error
+
+E = TypeVar("E")
+
+# Proto enum numbers to domain values; UNSPECIFIED maps to the documented default, or is absent
+# where the field is required. Proto3 enums are open: unknown numbers arrive and are refused.
+SCOPES = {
+    pb.SCOPE_WORKFLOW: Scope.WORKFLOW,
+    pb.SCOPE_AGENT: Scope.AGENT,
+    pb.SCOPE_PROJECT: Scope.PROJECT,
+    pb.SCOPE_RUN: Scope.RUN,
+}
+KINDS = {
+    pb.SCOPE_BUDGET_KIND_PER_RUN_CAP: ScopeBudgetKind.PER_RUN,
+    pb.SCOPE_BUDGET_KIND_POOLED: ScopeBudgetKind.POOLED,
+}
+WINDOWS = {
+    pb.WINDOW_UNSPECIFIED: Window.NONE,
+    pb.WINDOW_NONE: Window.NONE,
+    pb.WINDOW_DAY: Window.DAY,
+    pb.WINDOW_WEEK: Window.WEEK,
+    pb.WINDOW_MONTH: Window.MONTH,
+}
+ENFORCEMENTS = {
+    pb.ENFORCEMENT_UNSPECIFIED: Enforcement.HARD,
+    pb.ENFORCEMENT_HARD: Enforcement.HARD,
+    pb.ENFORCEMENT_ADVISORY: Enforcement.ADVISORY,
+}
+ON_EXHAUSTION = {
+    pb.ON_EXHAUSTION_UNSPECIFIED: OnExhaustion.FAIL,
+    pb.ON_EXHAUSTION_FAIL: OnExhaustion.FAIL,
+    pb.ON_EXHAUSTION_INTERRUPT: OnExhaustion.INTERRUPT,
+}
+MODES = {
+    pb.RESERVE_MODE_UNSPECIFIED: ReserveMode.ALL_OR_NOTHING,
+    pb.RESERVE_MODE_ALL_OR_NOTHING: ReserveMode.ALL_OR_NOTHING,
+    pb.RESERVE_MODE_UP_TO: ReserveMode.UP_TO,
+}
+OUTCOMES = {
+    pb.RUN_OUTCOME_SUCCEEDED: RunOutcome.SUCCEEDED,
+    pb.RUN_OUTCOME_FAILED: RunOutcome.FAILED,
+    pb.RUN_OUTCOME_CANCELLED: RunOutcome.CANCELLED,
+}
+DEFAULT_PAGE_SIZE = 100
+
+
+class _Violations(list[FieldViolation]):
+    def enum(self, value: int, table: Mapping[Any, E], path: str, fallback: E) -> E:
+        if value not in table:
+            what = "is required" if value == 0 else f"has no value {value}"
+            self.append(FieldViolation(path, what))
+            return fallback
+        return table[value]
+
+    def check(self) -> None:
+        if self:
+            raise validation_error(self)
+
+
+def _mutation(method: str, request: Any, found: _Violations) -> cmd.Mutation:
+    found += v.validate_request_id(request.request_id)
+    payload = request.SerializeToString(deterministic=True)
+    return cmd.Mutation(method, request.request_id, payload)
+
+
+_AMOUNT_FIELDS = tuple((d, d.field_name) for d in Dimension)
+
+
+def _amounts(message: pb.Amounts, path: str, found: _Violations) -> dict[Dimension, int]:
+    values = {d: getattr(message, name) for d, name in _AMOUNT_FIELDS}
+    found += v.validate_amounts(values, path)
+    return values
+
+
+def _policy(message: pb.BudgetPolicy, path: str, found: _Violations) -> BudgetPolicy:
+    def optional(name: str) -> int | None:
+        return getattr(message, name) if message.HasField(name) else None
+
+    on_exhaustion = found.enum(
+        message.on_exhaustion, ON_EXHAUSTION, f"{path}.on_exhaustion", OnExhaustion.FAIL
+    )
+    policy = BudgetPolicy(
+        max_tokens=optional("max_tokens"),
+        max_cost_nanos=optional("max_cost_nanos"),
+        max_tool_calls=optional("max_tool_calls"),
+        max_retries=optional("max_retries"),
+        model_allow=tuple(message.model_allow.patterns)
+        if message.HasField("model_allow")
+        else None,
+        model_deny=tuple(message.model_deny),
+        threshold_percent=optional("threshold_percent"),
+        on_exhaustion=on_exhaustion,
+    )
+    allow = f"{path}.model_allow"
+    for violation in v.validate_policy(policy, path):
+        # The domain names the allow list itself; on the wire it is wrapped in `patterns`.
+        name = violation.field.replace(allow, f"{allow}.patterns", 1)
+        found.append(FieldViolation(name, violation.description))
+    return policy
+
+
+def open_run(request: pb.OpenRunRequest) -> tuple[cmd.Mutation, cmd.OpenRun]:
+    found = _Violations()
+    mutation = _mutation("OpenRun", request, found)
+    found += v.validate_run_id(request.run_id)
+    found += v.validate_id(request.project_id, "project_id")
+    found += v.validate_optional_id(request.workflow_id, "workflow_id")
+    found += v.validate_optional_id(request.agent_id, "agent_id")
+    policy = _policy(request.policy, "policy", found)
+    found.check()
+    return mutation, cmd.OpenRun(
+        request.run_id, request.project_id, request.workflow_id, request.agent_id, policy
+    )
+
+
+def run_id(request: Any) -> str:
+    found = _Violations(v.validate_run_id(request.run_id))
+    found.check()
+    return str(request.run_id)
+
+
+def close_run(request: pb.CloseRunRequest) -> tuple[cmd.Mutation, cmd.CloseRun]:
+    found = _Violations()
+    mutation = _mutation("CloseRun", request, found)
+    found += v.validate_run_id(request.run_id)
+    outcome = found.enum(request.outcome, OUTCOMES, "outcome", RunOutcome.SUCCEEDED)
+    found.check()
+    return mutation, cmd.CloseRun(request.run_id, outcome)
+
+
+def resume_run(request: pb.ResumeRunRequest, principal: str) -> tuple[cmd.Mutation, cmd.ResumeRun]:
+    """`principal` (the authenticated caller) is the approver; the request's `approver` text
+    is kept as a note."""
+    found = _Violations()
+    mutation = _mutation("ResumeRun", request, found)
+    found += v.validate_run_id(request.run_id)
+    delta = _amounts(request.delta, "delta", found)
+    found += v.validate_note(request.approver, "approver")
+    found.check()
+    return mutation, cmd.ResumeRun(request.run_id, delta, principal, request.approver)
+
+
+def _model(model: str, amounts: Mapping[Dimension, int]) -> list[FieldViolation]:
+    """A model call (tokens or cost) names its model; a tool call or retry may leave it empty,
+    and then no model policy applies to it."""
+    if not model and not (amounts.get(Dimension.TOKENS) or amounts.get(Dimension.COST)):
+        return []
+    return v.validate_model_id(model)
+
+
+def reserve(request: pb.ReserveRequest, max_ttl_seconds: int) -> tuple[cmd.Mutation, cmd.Reserve]:
+    found = _Violations()
+    mutation = _mutation("Reserve", request, found)
+    found += v.validate_run_id(request.run_id)
+    estimate = _amounts(request.estimate, "estimate", found)
+    found += _model(request.model, estimate)
+    if all(amount == 0 for amount in estimate.values()):
+        found.append(FieldViolation("estimate", "must ask for at least one dimension"))
+    found += v.validate_ttl(request.ttl_seconds, max_ttl_seconds)
+    mode = found.enum(request.mode, MODES, "mode", ReserveMode.ALL_OR_NOTHING)
+    found.check()
+    return mutation, cmd.Reserve(request.run_id, request.model, estimate, request.ttl_seconds, mode)
+
+
+def consume(request: pb.ConsumeRequest) -> tuple[cmd.Mutation, cmd.Consume]:
+    found = _Violations()
+    mutation = _mutation("Consume", request, found)
+    found += v.validate_run_id(request.run_id)
+    found += v.validate_optional_id(request.reservation_id, "reservation_id")
+    usage = _amounts(request.usage, "usage", found)
+    found += _model(request.model, usage)
+    found.check()
+    return mutation, cmd.Consume(request.run_id, request.reservation_id, request.model, usage)
+
+
+def release(request: pb.ReleaseRequest) -> tuple[cmd.Mutation, cmd.Release]:
+    found = _Violations()
+    mutation = _mutation("Release", request, found)
+    found += v.validate_run_id(request.run_id)
+    found += v.validate_id(request.reservation_id, "reservation_id")
+    found.check()
+    return mutation, cmd.Release(request.run_id, request.reservation_id)
+
+
+def check(request: pb.CheckRequest) -> cmd.Check:
+    found = _Violations(v.validate_run_id(request.run_id))
+    estimate = _amounts(request.estimate, "estimate", found)
+    if request.model:
+        found += v.validate_model_id(request.model)
+    found.check()
+    return cmd.Check(request.run_id, estimate, request.model)
+
+
+def page_token(run: str, after_seq: int) -> str:
+    return base64.urlsafe_b64encode(f"{run}\n{after_seq}".encode()).decode()
+
+
+def list_events(request: pb.ListRunEventsRequest) -> tuple[str, int, int]:
+    """run_id, after_seq and page size; a page_token (of this run) overrides after_seq."""
+    found = _Violations(v.validate_run_id(request.run_id))
+    found += v.validate_page(request.after_seq, request.page_size)
+    after_seq = request.after_seq
+    if request.page_token:
+        try:
+            run, seq = base64.urlsafe_b64decode(request.page_token.encode()).decode().split("\n")
+            after_seq = int(seq)
+            if run != request.run_id or after_seq < 0:
+                raise ValueError(run)
+        except ValueError:  # also binascii.Error and UnicodeDecodeError
+            found.append(FieldViolation("page_token", "is not a page token of this run"))
+    found.check()
+    return request.run_id, after_seq, request.page_size or DEFAULT_PAGE_SIZE
+
+
+def watch(request: pb.WatchRunEventsRequest) -> tuple[str, int]:
+    found = _Violations(v.validate_run_id(request.run_id))
+    found += v.validate_page(request.after_seq, 0)
+    found.check()
+    return request.run_id, request.after_seq
+
+
+def scope_budget(request: pb.PutScopeBudgetRequest) -> tuple[cmd.Mutation, ScopeBudget]:
+    found = _Violations()
+    mutation = _mutation("PutScopeBudget", request, found)
+    message = request.budget
+    scope = found.enum(message.scope, SCOPES, "budget.scope", Scope.PROJECT)
+    kind = found.enum(message.kind, KINDS, "budget.kind", ScopeBudgetKind.PER_RUN)
+    window = found.enum(message.window, WINDOWS, "budget.window", Window.NONE)
+    enforcement = found.enum(
+        message.enforcement, ENFORCEMENTS, "budget.enforcement", Enforcement.HARD
+    )
+    policy = _policy(message.policy, "budget.policy", found)
+    budget = ScopeBudget(scope, message.scope_id, kind, policy, window, enforcement)
+    # The policy was validated above; validate the scope parts only.
+    found += [
+        f
+        for f in v.validate_scope_budget(budget, "budget")
+        if not f.field.startswith("budget.policy")
+    ]
+    found.check()
+    return mutation, budget
+
+
+def scope_key(request: Any, mutating: bool) -> tuple[cmd.Mutation | None, cmd.ScopeKey]:
+    """Get and Delete name a scope budget by scope, scope_id and kind."""
+    found = _Violations()
+    mutation = _mutation("DeleteScopeBudget", request, found) if mutating else None
+    scope = found.enum(request.scope, SCOPES, "scope", Scope.PROJECT)
+    if scope is Scope.RUN:
+        found.append(FieldViolation("scope", "must be WORKFLOW, AGENT or PROJECT"))
+    found += v.validate_id(request.scope_id, "scope_id")
+    kind = found.enum(request.kind, KINDS, "kind", ScopeBudgetKind.PER_RUN)
+    found.check()
+    return mutation, cmd.ScopeKey(scope, request.scope_id, kind)

@@ -1,0 +1,300 @@
+"""Budget results to protobuf responses (typed events, balances, runs, holds, scope budgets)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from budget_service.api.capabilities import BudgetCapabilities
+from budget_service.api.requests import (
+    ENFORCEMENTS,
+    KINDS,
+    ON_EXHAUSTION,
+    OUTCOMES,
+    SCOPES,
+    WINDOWS,
+)
+from budget_service.domain import commands as cmd
+from budget_service.domain import events as ev
+from budget_service.domain.policy import BudgetPolicy, Dimension, EffectiveBudget, ModelVerdict
+from budget_service.domain.records import DimensionStatus, HoldRecord, RunRecord, StoredScopeBudget
+from budget_service.domain.run_state import HoldState, RunState
+from budget_service.store.reads import StoredEvent
+from ration.budget.v1 import budget_pb2 as pb
+from servicekit.timestamps import timestamp
+
+K = TypeVar("K", bound=int)
+V = TypeVar("V")
+
+DIMENSIONS = {
+    Dimension.TOKENS: pb.DIMENSION_TOKENS,
+    Dimension.COST: pb.DIMENSION_COST,
+    Dimension.TOOL_CALLS: pb.DIMENSION_TOOL_CALLS,
+    Dimension.RETRIES: pb.DIMENSION_RETRIES,
+}
+STATES = {
+    RunState.ACTIVE: pb.RUN_STATE_ACTIVE,
+    RunState.INTERRUPTED: pb.RUN_STATE_INTERRUPTED,
+    RunState.FAILED: pb.RUN_STATE_FAILED,
+    RunState.CLOSED: pb.RUN_STATE_CLOSED,
+}
+HOLD_STATES = {
+    HoldState.OPEN: pb.RESERVATION_STATE_OPEN,
+    HoldState.CONSUMED: pb.RESERVATION_STATE_CONSUMED,
+    HoldState.RELEASED: pb.RESERVATION_STATE_RELEASED,
+    HoldState.EXPIRED: pb.RESERVATION_STATE_EXPIRED,
+}
+
+
+def _reverse(table: Mapping[K, V]) -> dict[V, K]:
+    """Domain value to proto number; a real number wins over UNSPECIFIED (0), which in the
+    input tables only stands for a default."""
+    found: dict[V, K] = {}
+    for number, value in sorted(table.items(), key=lambda item: -int(item[0])):
+        found.setdefault(value, number)
+    return found
+
+
+SCOPE_NUMBERS = _reverse(SCOPES)
+KIND_NUMBERS = _reverse(KINDS)
+WINDOW_NUMBERS = _reverse(WINDOWS)
+ENFORCEMENT_NUMBERS = _reverse(ENFORCEMENTS)
+ON_EXHAUSTION_NUMBERS = _reverse(ON_EXHAUSTION)
+OUTCOME_NUMBERS = _reverse(OUTCOMES)
+
+
+_AMOUNT_FIELDS = tuple((d, d.field_name) for d in Dimension)
+
+
+def amounts(values: Mapping[Dimension, int]) -> pb.Amounts:
+    return pb.Amounts(**{name: values.get(d, 0) for d, name in _AMOUNT_FIELDS})
+
+
+def effective_budget(budget: EffectiveBudget) -> pb.EffectiveBudget:
+    message = pb.EffectiveBudget(
+        threshold_percent=budget.threshold_percent,
+        on_exhaustion=ON_EXHAUSTION_NUMBERS[budget.on_exhaustion],
+    )
+    for d in Dimension:
+        limit = budget.limit(d)
+        if limit is not None:
+            setattr(message, d.spec.limit_field, limit)
+    return message
+
+
+def dimensions(statuses: Sequence[DimensionStatus]) -> list[pb.DimensionStatus]:
+    found = []
+    for s in statuses:
+        message = pb.DimensionStatus(
+            dimension=DIMENSIONS[s.dimension],
+            consumed=s.consumed,
+            held=s.held,
+            binding_scope=SCOPE_NUMBERS[s.binding_scope],
+            binding_scope_id=s.binding_scope_id,
+            clamped_by=s.clamped_by,
+        )
+        if s.limit is not None:
+            message.limit = s.limit
+        if s.remaining is not None:
+            message.remaining = s.remaining
+        found.append(message)
+    return found
+
+
+def run(view: cmd.RunView) -> pb.Run:
+    r = view.run
+    return pb.Run(
+        run_id=r.run_id,
+        project_id=r.project_id,
+        workflow_id=r.workflow_id,
+        agent_id=r.agent_id,
+        state=STATES[r.status.state],
+        effective_budget=effective_budget(r.budget),
+        dimensions=dimensions(view.dimensions),
+        policy_version=r.policy_version,
+        outcome=OUTCOME_NUMBERS[r.outcome] if r.outcome else pb.RUN_OUTCOME_UNSPECIFIED,
+        failure_code=r.status.failure_code,
+        created_at=timestamp(r.created_at),
+        updated_at=timestamp(r.updated_at),
+        advisory=view.advisory,
+        advisory_refusals=r.advisory_refusals,
+    )
+
+
+def reservation(hold: HoldRecord) -> pb.Reservation:
+    return pb.Reservation(
+        reservation_id=hold.reservation_id,
+        run_id=hold.run_id,
+        model=hold.model,
+        requested=amounts(hold.requested),
+        granted=amounts(hold.granted),
+        state=HOLD_STATES[hold.state],
+        expires_at=timestamp(hold.expires_at),
+        created_at=timestamp(hold.created_at),
+    )
+
+
+def reserve(result: cmd.ReserveResult) -> pb.ReserveResponse:
+    return pb.ReserveResponse(
+        reservation=reservation(result.hold),
+        dimensions=dimensions(result.dimensions),
+        advisory_refusal_reason=result.advisory_refusal_reason,
+    )
+
+
+def consume(result: cmd.ConsumeResult) -> pb.ConsumeResponse:
+    hold_state = (
+        HOLD_STATES[result.hold_state] if result.hold_state else pb.RESERVATION_STATE_UNSPECIFIED
+    )
+    return pb.ConsumeResponse(
+        overrun=amounts(result.overrun),
+        dimensions=dimensions(result.dimensions),
+        state=STATES[result.state],
+        reservation_state=hold_state,
+    )
+
+
+def model_verdict(verdict: ModelVerdict) -> pb.ModelVerdict:
+    scope = verdict.scope
+    return pb.ModelVerdict(
+        allowed=verdict.allowed,
+        scope=SCOPE_NUMBERS[scope] if scope else pb.SCOPE_UNSPECIFIED,
+    )
+
+
+def check(result: cmd.CheckResult) -> pb.CheckResponse:
+    message = pb.CheckResponse(
+        would_grant=result.would_grant,
+        refusal_reason=result.refusal_reason,
+        state=STATES[result.state],
+        dimensions=dimensions(result.dimensions),
+        advisory_refusal_reason=result.advisory_refusal_reason,
+    )
+    if result.verdict is not None:
+        message.model_verdict.CopyFrom(model_verdict(result.verdict))
+    return message
+
+
+def _typed(event: ev.BudgetEvent, message: pb.RunEvent) -> None:
+    if isinstance(event, ev.BudgetReserved):
+        message.budget_reserved.effective_budget.CopyFrom(effective_budget(event.effective_budget))
+        message.budget_reserved.scope = event.scope.value
+    elif isinstance(event, ev.BudgetConsumed):
+        message.budget_consumed.CopyFrom(
+            pb.BudgetConsumedPayload(
+                dimension=DIMENSIONS[event.dimension],
+                consumed=event.consumed,
+                limit=event.limit,
+                remaining=event.remaining,
+            )
+        )
+    elif isinstance(event, ev.ThresholdCrossed):
+        message.budget_threshold_crossed.CopyFrom(
+            pb.BudgetThresholdCrossedPayload(
+                dimension=DIMENSIONS[event.dimension],
+                consumed=event.consumed,
+                limit=event.limit,
+                percent=event.percent,
+            )
+        )
+    elif isinstance(event, ev.BudgetExhausted):
+        message.budget_exhausted.CopyFrom(
+            pb.BudgetExhaustedPayload(
+                dimension=DIMENSIONS[event.dimension], consumed=event.consumed, limit=event.limit
+            )
+        )
+    elif isinstance(event, ev.CapBreached):
+        message.cap_breached.CopyFrom(
+            pb.CapBreachedPayload(
+                kind=event.kind,
+                dimension=DIMENSIONS[event.dimension],
+                limit=event.limit,
+                observed=event.observed,
+            )
+        )
+    else:
+        message.run_failed.CopyFrom(pb.RunFailedPayload(code=event.code, message=event.message))
+
+
+def run_event(run: RunRecord, stored: StoredEvent) -> pb.RunEvent:
+    message = pb.RunEvent(
+        run_id=run.run_id,
+        seq=stored.seq,
+        type=stored.type,
+        created_at=timestamp(stored.created_at),
+        payload_json=stored.payload_json,
+    )
+    _typed(ev.decode(stored.type, stored.payload_json, run.budget), message)
+    return message
+
+
+def _policy(policy: BudgetPolicy) -> pb.BudgetPolicy:
+    message = pb.BudgetPolicy(
+        model_deny=list(policy.model_deny),
+        on_exhaustion=ON_EXHAUSTION_NUMBERS[policy.on_exhaustion],
+    )
+    for d in Dimension:
+        limit = policy.limit(d)
+        if limit is not None:
+            setattr(message, d.spec.limit_field, limit)
+    if policy.model_allow is not None:
+        message.model_allow.CopyFrom(pb.ModelPatterns(patterns=list(policy.model_allow)))
+    if policy.threshold_percent is not None:
+        message.threshold_percent = policy.threshold_percent
+    return message
+
+
+def scope_budget(stored: StoredScopeBudget) -> pb.ScopeBudget:
+    b = stored.budget
+    return pb.ScopeBudget(
+        scope=SCOPE_NUMBERS[b.scope],
+        scope_id=b.scope_id,
+        kind=KIND_NUMBERS[b.kind],
+        policy=_policy(b.policy),
+        window=WINDOW_NUMBERS[b.window],
+        enforcement=ENFORCEMENT_NUMBERS[b.enforcement],
+        version=stored.version,
+        updated_at=timestamp(stored.updated_at),
+    )
+
+
+def get_scope_budget(view: cmd.ScopeBudgetView) -> pb.GetScopeBudgetResponse:
+    message = pb.GetScopeBudgetResponse(budget=scope_budget(view.stored))
+    if view.pool is not None:
+        balance = view.pool.balance
+        statuses = [
+            DimensionStatus(
+                d,
+                b.limit,
+                b.consumed,
+                b.held,
+                b.remaining,
+                balance.key.ref.scope,
+                balance.key.ref.scope_id,
+            )
+            for d, b in balance.judged(view.pool.budget.policy).items()
+        ]
+        message.balance.CopyFrom(
+            pb.PoolBalance(
+                window_start=timestamp(balance.key.window_start), dimensions=dimensions(statuses)
+            )
+        )
+    return message
+
+
+def capabilities(caps: BudgetCapabilities) -> pb.GetCapabilitiesResponse:
+    limits = pb.BudgetLimits()
+    if caps.max_budget_tokens is not None:
+        limits.max_budget_tokens = caps.max_budget_tokens
+    if caps.max_budget_cost_nanos is not None:
+        limits.max_budget_cost_nanos = caps.max_budget_cost_nanos
+    return pb.GetCapabilitiesResponse(
+        budget=pb.BudgetCapability(
+            supported=True,
+            dimensions=list(caps.dimensions),
+            enforce=caps.enforce,
+            scopes=list(caps.scopes),
+        ),
+        limits=limits,
+        capabilities_json=caps.to_json(),
+    )

@@ -1,0 +1,53 @@
+"""Composition root of the budget service: builds its parts explicitly from settings."""
+
+from __future__ import annotations
+
+import grpc
+from prometheus_client import CollectorRegistry
+
+from budget_service.adapters.metrics import BudgetMetrics
+from budget_service.api.capabilities import BudgetCapabilities
+from budget_service.api.servicer import BudgetServicer
+from budget_service.store.changes import EVENTS_CHANNEL
+from budget_service.store.event_hub import EventHub
+from budget_service.usecases.reservations import Reservations
+from budget_service.usecases.runs import BudgetService
+from budget_service.usecases.settings import BudgetSettings
+from budget_service.usecases.stream_slots import StreamSlots
+from budget_service.usecases.sweeper import Sweeper
+from budget_service.usecases.transactions import Transactions
+from ration.budget.v1 import budget_service_pb2, budget_service_pb2_grpc
+from servicekit.db import Database
+from servicekit.migrations import MigrationSet
+from servicekit.server import AppFactory, ServiceApp
+
+# From the descriptor, so the service is in the pool that server reflection serves.
+SERVICE_NAME = budget_service_pb2.DESCRIPTOR.services_by_name["BudgetService"].full_name
+MIGRATIONS = MigrationSet("budget", "budget_service.store.migrations")
+
+
+def factory(settings: BudgetSettings) -> AppFactory:
+    def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
+        tx = Transactions(database, settings, BudgetMetrics(registry, settings.metric_labels))
+        hub = EventHub(database.url, EVENTS_CHANNEL, database)
+        servicer = BudgetServicer(
+            BudgetCapabilities.from_settings(settings),
+            BudgetService(tx, hub, StreamSlots(settings.max_streams_per_tenant)),
+            Reservations(tx),
+            settings.max_hold_ttl_seconds,
+        )
+
+        def register(server: grpc.aio.Server) -> None:
+            budget_service_pb2_grpc.add_BudgetServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+
+        return ServiceApp(
+            name="budget",
+            service_name=SERVICE_NAME,
+            error_domain="ration.budget.v1",
+            migrations=[MIGRATIONS],
+            register=register,
+            background=[hub.run, Sweeper(tx).run],
+            close=hub.close,
+        )
+
+    return build

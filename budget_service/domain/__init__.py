@@ -1,0 +1,18 @@
+"""The budget domain, opened first: dimensions and policies, run and hold state, typed events, the
+accounting of reserve, consume, release and breach, refusals and input rules, as pure functions
+over dataclasses (standard library and servicekit.errors only). The one decision the database
+arbitrates lives in store/migrations (0003); its Python reference model is in tests/.
+
+- `accounting`: Reservation accounting: reserve, consume, release/expiry, exhaustion, breach and
+  resume rules.
+- `commands`: Use-case inputs and outputs of the budget service, in domain types (no protobuf).
+- `events`: Budget events: typed dataclasses and their exact OpenWOP v1 JSON payloads.
+- `input_rules`: Input validation of the budget domain: policies, scope budgets, amounts, ids and
+  paging.
+- `policy`: Budget policy: dimensions, validation, scope resolution, pool windows, model allow/deny.
+- `records`: Stored budget state as domain records: runs, holds, pools and the changes a call
+  writes.
+- `refusals`: Budget refusals: the guards that refuse a call and the DomainErrors they raise (DESIGN
+  11).
+- `run_state`: Budget state as plain data: run lifecycle, holds, balances, breaches and contention.
+"""

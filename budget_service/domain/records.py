@@ -1,0 +1,212 @@
+"""Stored budget state as domain records: runs, holds, pools and the changes a call writes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from budget_service.domain import events as ev
+from budget_service.domain.policy import (
+    HOST,
+    BudgetLimits,
+    Dimension,
+    EffectiveBudget,
+    Scope,
+    ScopeBudget,
+    Window,
+)
+from budget_service.domain.run_state import (
+    Amounts,
+    Balance,
+    BalanceRef,
+    HoldState,
+    RunOutcome,
+    RunStatus,
+)
+
+ZERO: Mapping[Dimension, int] = {d: 0 for d in Dimension}
+
+
+def amounts(values: Mapping[Dimension, int] | None = None) -> dict[Dimension, int]:
+    """All four dimensions, missing ones zero."""
+    values = values or {}
+    return {d: values.get(d, 0) for d in Dimension}
+
+
+def add(a: Amounts, b: Amounts, sign: int = 1) -> dict[Dimension, int]:
+    return {d: a.get(d, 0) + sign * b.get(d, 0) for d in Dimension}
+
+
+@dataclass(frozen=True)
+class PoolKey:
+    """One pool balance row: a pooled scope budget in one calendar window."""
+
+    ref: BalanceRef
+    window_start: datetime
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """A pooled scope budget as read when judging: its live limits and window."""
+
+    ref: BalanceRef
+    limits: BudgetLimits
+    window: Window
+
+
+@dataclass(frozen=True)
+class PoolBalance:
+    """A pool row's stored facts; `overdue` is held by other runs' holds past their expiry,
+    which no longer counts but is still in `held` until those holds are marked expired."""
+
+    key: PoolKey
+    consumed: Mapping[Dimension, int] = field(default_factory=lambda: dict(ZERO))
+    held: Mapping[Dimension, int] = field(default_factory=lambda: dict(ZERO))
+    overdue: Mapping[Dimension, int] = field(default_factory=lambda: dict(ZERO))
+
+    def judged(self, limits: BudgetLimits | None) -> dict[Dimension, Balance]:
+        """The balance a decision sees: live limits, held without overdue holds."""
+        return {
+            d: Balance(
+                limits.limit(d) if limits else None,
+                self.consumed[d],
+                self.held[d] - self.overdue[d],
+            )
+            for d in Dimension
+        }
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    project_id: str
+    workflow_id: str
+    agent_id: str
+    budget: EffectiveBudget
+    status: RunStatus
+    consumed: Mapping[Dimension, int]
+    held: Mapping[Dimension, int]
+    pools: tuple[BalanceRef, ...]
+    scope_advisory: bool
+    policy_version: int
+    next_seq: int
+    open_fingerprint: bytes
+    created_at: datetime
+    updated_at: datetime
+    outcome: RunOutcome | None = None
+    advisory_refusals: int = 0
+
+    def balances(self, overdue: Amounts | None = None) -> dict[Dimension, Balance]:
+        """The run's own balance; `overdue` (its holds past expiry) no longer counts."""
+        overdue = overdue or ZERO
+        return {
+            d: Balance(self.budget.limit(d), self.consumed[d], self.held[d] - overdue.get(d, 0))
+            for d in Dimension
+        }
+
+    def scope_id(self, scope: Scope) -> str:
+        return {
+            Scope.RUN: "",
+            Scope.WORKFLOW: self.workflow_id,
+            Scope.AGENT: self.agent_id,
+            Scope.PROJECT: self.project_id,
+        }[scope]
+
+    @property
+    def owners(self) -> tuple[BalanceRef, ...]:
+        """The scopes the run belongs to (workflow and agent are optional)."""
+        refs = [BalanceRef(s, self.scope_id(s)) for s in (Scope.WORKFLOW, Scope.AGENT)]
+        return (*(r for r in refs if r.scope_id), BalanceRef(Scope.PROJECT, self.project_id))
+
+
+@dataclass(frozen=True)
+class HoldRecord:
+    reservation_id: str
+    run_id: str
+    model: str
+    requested: Mapping[Dimension, int]
+    granted: Mapping[Dimension, int]
+    state: HoldState
+    pools: tuple[PoolKey, ...]
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class StoredScopeBudget:
+    """A scope budget with its version; `budget` is the policy-module value."""
+
+    budget: ScopeBudget
+    version: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One append-only decision with the signed balance deltas it caused."""
+
+    decision: str  # open grant refusal consume release expire resume close
+    policy_version: int
+    reason: str | None = None
+    reservation_id: str | None = None
+    model: str | None = None
+    consumed: Mapping[Dimension, int] = field(default_factory=dict)
+    held: Mapping[Dimension, int] = field(default_factory=dict)
+    pools: tuple[PoolKey, ...] = ()
+    detail: Mapping[str, Any] | None = None
+
+
+@dataclass
+class RunChanges:
+    """Everything one call writes for one locked run, in one statement."""
+
+    run: RunRecord | None = None  # the run's new columns; None leaves the row untouched
+    pools: dict[PoolKey, PoolBalance] = field(default_factory=dict)
+    new_hold: HoldRecord | None = None
+    ended: dict[str, HoldState] = field(default_factory=dict)  # reservation_id -> final state
+    ledger: list[LedgerEntry] = field(default_factory=list)
+    events: list[ev.BudgetEvent] = field(default_factory=list)
+    first_seq: int = 0  # the seq of events[0]
+    request_id: str | None = None  # recorded on every ledger row of the call
+    advisory_refusals: int = 0
+
+
+@dataclass(frozen=True)
+class DimensionStatus:
+    """One dimension of one balance as reported to callers."""
+
+    dimension: Dimension
+    limit: int | None
+    consumed: int
+    held: int
+    remaining: int | None
+    binding_scope: Scope
+    binding_scope_id: str
+    clamped_by: str = ""
+
+
+def run_statuses(run: RunRecord, balances: Mapping[Dimension, Balance]) -> list[DimensionStatus]:
+    """The run's four dimensions with the scope whose limit binds each (HOST: a ceiling)."""
+    found = []
+    for d in Dimension:
+        b = balances[d]
+        source = run.budget.binding.get(d, Scope.RUN.value)
+        scope = Scope.RUN if source == HOST else Scope(source)
+        clamped = HOST if source == HOST else ""
+        found.append(
+            DimensionStatus(
+                d, b.limit, b.consumed, b.held, b.remaining, scope, run.scope_id(scope), clamped
+            )
+        )
+    return found
+
+
+def pool_statuses(ref: BalanceRef, balances: Mapping[Dimension, Balance]) -> list[DimensionStatus]:
+    """A pool's bounded dimensions."""
+    return [
+        DimensionStatus(d, b.limit, b.consumed, b.held, b.remaining, ref.scope, ref.scope_id)
+        for d, b in balances.items()
+        if b.limit is not None
+    ]

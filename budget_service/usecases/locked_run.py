@@ -1,0 +1,302 @@
+"""One locked run in one transaction: lock, expire overdue holds, apply rules, collect changes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from budget_service.domain import events as ev
+from budget_service.domain.accounting import (
+    ConsumeOutcome,
+    Outcome,
+    ResumeOutcome,
+    apply_consume,
+    settle_hold,
+)
+from budget_service.domain.policy import Dimension, Enforcement, window_start
+from budget_service.domain.records import (
+    DimensionStatus,
+    HoldRecord,
+    LedgerEntry,
+    PoolBalance,
+    PoolConfig,
+    PoolKey,
+    RunChanges,
+    RunRecord,
+    add,
+    amounts,
+    pool_statuses,
+    run_statuses,
+)
+from budget_service.domain.run_state import (
+    RUN_BALANCE,
+    Amounts,
+    Balance,
+    BalanceRef,
+    Balances,
+    HoldState,
+    RunOutcome,
+    RunState,
+)
+from budget_service.store import changes as store_write
+from budget_service.store import locked_writes as store
+
+
+def _settle_pool(pool: PoolBalance, hold: Amounts | None, usage: Amounts | None) -> PoolBalance:
+    before = {d: Balance(None, pool.consumed[d], pool.held[d]) for d in Dimension}
+    after = settle_hold(before, hold, usage)
+    return replace(
+        pool,
+        consumed={d: b.consumed for d, b in after.items()},
+        held={d: b.held for d, b in after.items()},
+    )
+
+
+class AlreadyApplied(Exception):
+    """A twin of this request (same request_id) committed while this one waited for the run
+    lock: its stored response must be replayed instead of applying the request again, which
+    could refuse (e.g. RESERVATION_SETTLED for a hold the twin just consumed)."""
+
+
+@dataclass
+class RunUnit:
+    """The run row and its pool rows are locked (run first, pools in canonical order) for the
+    rest of the transaction, so every value here is current and only this call changes them."""
+
+    tenant: str
+    run: RunRecord
+    now: datetime  # the database clock at transaction start
+    configs: dict[BalanceRef, PoolConfig]
+    current: dict[BalanceRef, PoolKey]  # the current window of each configured pool
+    pools: dict[PoolKey, PoolBalance]
+    changes: RunChanges
+    hold_ends: list[HoldState]
+    touched: bool = False
+
+    @classmethod
+    async def lock(
+        cls,
+        conn: asyncpg.Connection,
+        tenant: str,
+        run_id: str,
+        *,
+        reservation_ids: Sequence[str] = (),
+        all_open: bool = False,
+        skip_locked: bool = False,
+        request_id: str | None = None,
+    ) -> RunUnit | None:
+        locked = await store.lock_run(conn, tenant, run_id, skip_locked=skip_locked)
+        if locked is None:
+            return None
+        # The idempotency check ran before the lock; every change to this run is serialized
+        # behind the lock, so a twin that committed meanwhile is visible to this new statement.
+        if request_id is not None and await store.request_done(conn, tenant, request_id):
+            raise AlreadyApplied
+        configs = {config.ref: config for config, _ in locked.pools}
+        current = {
+            ref: PoolKey(ref, window_start(c.window, locked.now)) for ref, c in configs.items()
+        }
+        # A new window's row is created before any pool row is locked, in canonical order, so
+        # two calls creating rows never wait on each other crosswise.
+        missing = sorted(
+            (current[c.ref] for c, newest in locked.pools if newest != current[c.ref].window_start),
+            key=lambda key: (key.ref.sort_key, key.window_start),
+        )
+        if missing:
+            await store.insert_pools(conn, tenant, missing)
+        pools: dict[PoolKey, PoolBalance] = {}
+        other: Mapping[PoolKey, Mapping[Dimension, int]] = {}
+        expired: list[HoldRecord] = []
+        if locked.run.pools:  # holds can only draw on pools the run was opened with
+            pools = await store.lock_pools(
+                conn, tenant, run_id, list(current.values()), reservation_ids, all_open
+            )
+        if locked.has_overdue or pools:
+            expired, other = await store.expire_overdue(conn, tenant, run_id, list(pools))
+        pools = {k: replace(p, overdue=amounts(other.get(k))) for k, p in pools.items()}
+        changes = RunChanges(request_id=request_id)
+        unit = cls(tenant, locked.run, locked.now, configs, current, pools, changes, [])
+        for hold in expired:  # already marked expired by the statement above
+            unit._end(hold, HoldState.EXPIRED, "expire", mark=False)
+        return unit
+
+    # --- reading --------------------------------------------------------------------------
+
+    def enforcement(self, host_advisory: bool) -> Enforcement:
+        advisory = host_advisory or self.run.scope_advisory
+        return Enforcement.ADVISORY if advisory else Enforcement.HARD
+
+    def judged(self) -> Balances:
+        """The run and the current window of every pool, as a decision sees them."""
+        found: dict[BalanceRef, Mapping[Dimension, Balance]] = {RUN_BALANCE: self.run.balances()}
+        for ref, key in self.current.items():
+            found[ref] = self.pools[key].judged(self.configs[ref].limits)
+        return found
+
+    def statuses(self) -> list[DimensionStatus]:
+        judged = self.judged()
+        found = run_statuses(self.run, judged[RUN_BALANCE])
+        for ref in sorted(self.current, key=lambda r: r.sort_key):
+            found += pool_statuses(ref, judged[ref])
+        return found
+
+    # --- changing -------------------------------------------------------------------------
+
+    def _pool_delta(
+        self, keys: Sequence[PoolKey], hold: Amounts | None, usage: Amounts | None
+    ) -> None:
+        for key in keys:
+            if key in self.pools:  # rows of a deleted pool were still locked via the hold
+                self.pools[key] = _settle_pool(self.pools[key], hold, usage)
+                self.changes.pools[key] = self.pools[key]
+
+    def _end(self, hold: HoldRecord, state: HoldState, decision: str, mark: bool = True) -> None:
+        """Release or expiry: the hold stops counting on the run and on its pools."""
+        run_after = settle_hold(self.run.balances(), hold.granted)
+        self.run = replace(self.run, held={d: b.held for d, b in run_after.items()})
+        self._pool_delta(hold.pools, hold.granted, None)
+        self._ledger(decision, hold, held=add({}, hold.granted, -1), pools=hold.pools)
+        if mark:
+            self.changes.ended[hold.reservation_id] = state
+        self.hold_ends.append(state)
+        self.touched = True
+
+    def release(self, hold: HoldRecord) -> None:
+        self._end(hold, HoldState.RELEASED, "release")
+
+    def expire(self, hold: HoldRecord) -> None:
+        self._end(hold, HoldState.EXPIRED, "expire")
+
+    def grant(self, hold: HoldRecord, advisory_reason: str = "") -> None:
+        self.run = replace(self.run, held=add(self.run.held, hold.granted))
+        for key in hold.pools:
+            pool = self.pools[key]
+            self.pools[key] = self.changes.pools[key] = replace(
+                pool, held=add(pool.held, hold.granted)
+            )
+        self.changes.new_hold = hold
+        self._ledger(
+            "grant", hold, held=hold.granted, pools=hold.pools, reason=advisory_reason or None
+        )
+        if advisory_reason:
+            self.changes.advisory_refusals += 1
+        self.touched = True
+
+    def consume(
+        self,
+        hold: HoldRecord | None,
+        model: str,
+        usage: Amounts,
+        enforcement: Enforcement,
+        reservation_id: str | None = None,
+    ) -> ConsumeOutcome:
+        """Records usage on the run and its pools: the hold's rows, or the current windows.
+        `reservation_id` names an already ended hold the usage was meant for (audit only)."""
+        granted = hold.granted if hold else None
+        outcome = apply_consume(
+            self.run.balances(), granted, usage, self.run.budget, self.run.status, enforcement
+        )
+        self.run = replace(
+            self.run,
+            status=outcome.status,
+            consumed={d: b.consumed for d, b in outcome.balances.items()},
+            held={d: b.held for d, b in outcome.balances.items()},
+        )
+        keys = hold.pools if hold else tuple(self.current.values())
+        self._pool_delta(keys, granted, usage)
+        self.changes.events += outcome.events
+        self.changes.ledger.append(
+            LedgerEntry(
+                "consume",
+                self.run.policy_version,
+                reservation_id=hold.reservation_id if hold else reservation_id,
+                model=model,
+                consumed=amounts(usage),
+                held=add({}, granted or {}, -1),
+                pools=tuple(keys),
+            )
+        )
+        if hold:
+            self.changes.ended[hold.reservation_id] = HoldState.CONSUMED
+            self.hold_ends.append(HoldState.CONSUMED)
+        self.touched = True
+        return outcome
+
+    def apply(self, outcome: Outcome) -> None:
+        """A new run status and its events (breaches, resumes)."""
+        self.run = replace(self.run, status=outcome.status)
+        if isinstance(outcome, ResumeOutcome):
+            self.run = replace(
+                self.run, budget=outcome.budget, policy_version=self.run.policy_version + 1
+            )
+        self.changes.events += outcome.events
+        self.touched = True
+
+    def refuse(
+        self, reason: str, model: str, requested: Amounts, detail: Mapping[str, Any] | None = None
+    ) -> None:
+        """A refused Reserve leaves an append-only trace, nothing else."""
+        self.changes.ledger.append(
+            LedgerEntry(
+                "refusal",
+                self.run.policy_version,
+                reason=reason,
+                model=model,
+                detail={"requested": {d.value: v for d, v in requested.items()}, **(detail or {})},
+            )
+        )
+
+    def close(self, outcome: RunOutcome) -> None:
+        """FAILED stays FAILED (its failure code is the more useful fact); others become CLOSED."""
+        state = self.run.status.state
+        status = (
+            self.run.status
+            if state is RunState.FAILED
+            else replace(self.run.status, state=RunState.CLOSED)
+        )
+        self.run = replace(self.run, status=status, outcome=outcome)
+        self.changes.ledger.append(
+            LedgerEntry("close", self.run.policy_version, detail={"outcome": outcome.value})
+        )
+        self.touched = True
+
+    def note(self, decision: str, detail: Mapping[str, Any]) -> None:
+        self.changes.ledger.append(LedgerEntry(decision, self.run.policy_version, detail=detail))
+
+    def _ledger(
+        self,
+        decision: str,
+        hold: HoldRecord,
+        *,
+        held: Amounts,
+        pools: Sequence[PoolKey],
+        reason: str | None = None,
+    ) -> None:
+        self.changes.ledger.append(
+            LedgerEntry(
+                decision,
+                self.run.policy_version,
+                reason=reason,
+                reservation_id=hold.reservation_id,
+                model=hold.model,
+                held=amounts(held),
+                pools=tuple(pools),
+            )
+        )
+
+    async def write(self, conn: asyncpg.Connection) -> None:
+        events = self.changes.events
+        self.changes.first_seq = self.run.next_seq
+        if events:
+            self.run = replace(self.run, next_seq=self.run.next_seq + len(events))
+        self.changes.run = self.run if self.touched or events else None
+        if self.changes.run is not None or self.changes.ledger or self.changes.pools:
+            await store_write.write(conn, self.tenant, self.run.run_id, self.changes)
+
+    @property
+    def events(self) -> list[ev.BudgetEvent]:
+        return self.changes.events

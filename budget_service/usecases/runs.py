@@ -1,0 +1,256 @@
+"""Budget use cases of run lifecycle, scope budgets and event reads: one transaction each."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import replace
+
+import asyncpg
+
+from budget_service.adapters.metrics import Tally
+from budget_service.domain import events as ev
+from budget_service.domain.accounting import apply_resume
+from budget_service.domain.commands import (
+    CloseResult,
+    CloseRun,
+    EventsPage,
+    Mutation,
+    OpenRun,
+    ResumeRun,
+    RunView,
+    ScopeBudgetView,
+    ScopeKey,
+)
+from budget_service.domain.policy import (
+    WINDOW_EPOCH,
+    Dimension,
+    Enforcement,
+    ScopeBudget,
+    ScopeBudgetKind,
+    resolve_effective_budget,
+)
+from budget_service.domain.records import LedgerEntry, RunChanges, RunRecord, amounts
+from budget_service.domain.refusals import run_exists, run_not_found, scope_budget_not_found
+from budget_service.domain.run_state import BalanceRef, RunStatus
+from budget_service.store import changes as store_write
+from budget_service.store import locked_writes as store
+from budget_service.store import reads as store_reads
+from budget_service.store.event_hub import EventHub
+from budget_service.store.reads import StoredEvent
+from budget_service.usecases.locked_run import RunUnit
+from budget_service.usecases.stream_slots import StreamSlots
+from budget_service.usecases.transactions import Transactions
+
+WATCH_BATCH = 100
+
+
+def _fingerprint(command: OpenRun) -> bytes:
+    """Owners and overlay of a run: the dataclass repr is deterministic and complete."""
+    owners = (command.project_id, command.workflow_id, command.agent_id)
+    return hashlib.sha256(repr((owners, command.policy)).encode()).digest()
+
+
+class BudgetService:
+    def __init__(self, tx: Transactions, hub: EventHub, streams: StreamSlots | None = None) -> None:
+        self._tx = tx
+        self._hub = hub
+        self._streams = streams or StreamSlots(tx.settings.max_streams_per_tenant)
+
+    async def _view(self, conn: asyncpg.Connection, tenant: str, run_id: str) -> RunView:
+        snapshot = await store_reads.read_run(conn, tenant, run_id)
+        if snapshot is None:
+            raise run_not_found()
+        return self._tx.view(snapshot)
+
+    async def open_run(
+        self, tenant: str, mutation: Mutation, command: OpenRun, encode: Callable[[RunView], bytes]
+    ) -> bytes:
+        async def work(conn: asyncpg.Connection, tally: Tally) -> RunView:
+            draft = self._draft(command)
+            scopes = await store_reads.scope_budgets_of(conn, tenant, draft.owners)
+            budget = resolve_effective_budget(command.policy, scopes, self._tx.ceilings)
+            pools = tuple(
+                BalanceRef(b.scope, b.scope_id) for b in scopes if b.kind is ScopeBudgetKind.POOLED
+            )
+            advisory = any(b.enforcement is Enforcement.ADVISORY for b in scopes)
+            draft = replace(draft, budget=budget, pools=pools, scope_advisory=advisory)
+            run = await store_reads.insert_run(conn, tenant, draft)
+            if run is None:
+                existing = await store_reads.get_run(conn, tenant, command.run_id)
+                if existing is None or existing.open_fingerprint != draft.open_fingerprint:
+                    raise run_exists(command.run_id)
+                return await self._view(conn, tenant, command.run_id)
+            reserved = ev.BudgetReserved(budget, budget.scope)
+            detail = {"pools": [f"{p.scope.value}:{p.scope_id}" for p in pools]}
+            changes = RunChanges(
+                run=replace(run, next_seq=2),
+                ledger=[LedgerEntry("open", run.policy_version, detail=detail)],
+                events=[reserved],
+                first_seq=1,
+                request_id=mutation.request_id,
+            )
+            await store_write.write(conn, tenant, run.run_id, changes)
+            return await self._view(conn, tenant, command.run_id)
+
+        return await self._tx.mutate(tenant, mutation, work, encode)
+
+    def _draft(self, command: OpenRun) -> RunRecord:
+        """The run to insert; the database stamps created_at and updated_at itself."""
+        zero, unset = amounts(), WINDOW_EPOCH
+        return RunRecord(
+            run_id=command.run_id,
+            project_id=command.project_id,
+            workflow_id=command.workflow_id,
+            agent_id=command.agent_id,
+            budget=resolve_effective_budget(command.policy),
+            status=RunStatus(),
+            consumed=zero,
+            held=zero,
+            pools=(),
+            scope_advisory=False,
+            policy_version=1,
+            next_seq=1,
+            open_fingerprint=_fingerprint(command),
+            created_at=unset,
+            updated_at=unset,
+        )
+
+    async def get_run(self, tenant: str, run_id: str) -> RunView:
+        return await self._tx.read(tenant, lambda conn: self._view(conn, tenant, run_id))
+
+    async def close_run(
+        self,
+        tenant: str,
+        mutation: Mutation,
+        command: CloseRun,
+        encode: Callable[[CloseResult], bytes],
+    ) -> bytes:
+        async def work(conn: asyncpg.Connection, tally: Tally) -> CloseResult:
+            unit = await RunUnit.lock(
+                conn, tenant, command.run_id, all_open=True, request_id=mutation.request_id
+            )
+            if unit is None:
+                raise run_not_found()
+            released = 0
+            if unit.run.outcome is None:
+                for hold in await store.open_holds(conn, tenant, command.run_id):
+                    unit.release(hold)
+                    released += 1
+                unit.close(command.outcome)
+            await unit.write(conn)
+            tally.holds_ended(unit.hold_ends)
+            return CloseResult(await self._view(conn, tenant, command.run_id), released)
+
+        return await self._tx.mutate(tenant, mutation, work, encode)
+
+    async def resume_run(
+        self,
+        tenant: str,
+        mutation: Mutation,
+        command: ResumeRun,
+        encode: Callable[[RunView], bytes],
+    ) -> bytes:
+        async def work(conn: asyncpg.Connection, tally: Tally) -> RunView:
+            unit = await RunUnit.lock(conn, tenant, command.run_id, request_id=mutation.request_id)
+            if unit is None:
+                raise run_not_found()
+            run = unit.run
+            outcome = apply_resume(run.budget, run.status, command.delta, self._tx.ceilings)
+            unit.apply(outcome)
+            # What the limits actually rose by (after the host ceilings), what was asked, and
+            # who approved: the authenticated principal, with the caller's note beside it.
+            raised = {
+                d.value: new - old
+                for d in Dimension
+                if (old := run.budget.limit(d)) is not None
+                and (new := outcome.budget.limit(d)) is not None
+                and new != old
+            }
+            requested = {d.value: v for d, v in command.delta.items() if v}
+            detail = {"delta": raised, "requested": requested, "approver": command.approver}
+            unit.note("resume", detail | ({"note": command.note} if command.note else {}))
+            await unit.write(conn)
+            tally.holds_ended(unit.hold_ends)
+            return await self._view(conn, tenant, command.run_id)
+
+        return await self._tx.mutate(tenant, mutation, work, encode)
+
+    # --- events ---------------------------------------------------------------------------
+
+    async def list_events(
+        self, tenant: str, run_id: str, after_seq: int, page_size: int
+    ) -> EventsPage:
+        async def work(conn: asyncpg.Connection) -> EventsPage:
+            run = await store_reads.get_run(conn, tenant, run_id)
+            if run is None:
+                raise run_not_found()
+            found = await store_reads.list_events(conn, tenant, run_id, after_seq, page_size + 1)
+            more = len(found) > page_size
+            page = found[:page_size]
+            return EventsPage(run, page, page[-1].seq if more else None)
+
+        return await self._tx.read(tenant, work)
+
+    async def watch(
+        self, tenant: str, run_id: str, after_seq: int
+    ) -> AsyncGenerator[tuple[RunRecord, StoredEvent], None]:
+        """Every event after `after_seq` exactly once, in order, then live ones until the
+        client cancels or the server closes the hub. Holds one of the tenant's stream slots
+        throughout (TOO_MANY_STREAMS when none is free)."""
+        with self._streams.slot(tenant):
+            async with self._hub.subscribe(tenant, run_id) as subscription:
+                run = await self._tx.read(
+                    tenant, lambda conn: store_reads.get_run(conn, tenant, run_id)
+                )
+                if run is None:
+                    raise run_not_found()
+                last = after_seq
+                while not self._hub.closed:
+                    subscription.clear()
+                    batch = await self._events_after(tenant, run_id, last)
+                    for event in batch:
+                        yield run, event
+                        last = event.seq
+                    if len(batch) < WATCH_BATCH:
+                        await subscription.wait()
+
+    async def _events_after(self, tenant: str, run_id: str, after: int) -> list[StoredEvent]:
+        async def work(conn: asyncpg.Connection) -> list[StoredEvent]:
+            return await store_reads.list_events(conn, tenant, run_id, after, WATCH_BATCH)
+
+        return await self._tx.read(tenant, work)
+
+    # --- scope budgets --------------------------------------------------------------------
+
+    async def put_scope_budget(
+        self,
+        tenant: str,
+        mutation: Mutation,
+        budget: ScopeBudget,
+        encode: Callable[[ScopeBudgetView], bytes],
+    ) -> bytes:
+        async def work(conn: asyncpg.Connection, tally: Tally) -> ScopeBudgetView:
+            stored = await store_reads.put_scope_budget(conn, tenant, budget)
+            return ScopeBudgetView(stored, None)
+
+        return await self._tx.mutate(tenant, mutation, work, encode)
+
+    async def get_scope_budget(self, tenant: str, key: ScopeKey) -> ScopeBudgetView:
+        async def work(conn: asyncpg.Connection) -> ScopeBudgetView:
+            found = await store_reads.get_scope_budget(
+                conn, tenant, key.scope, key.scope_id, key.kind
+            )
+            if found is None:
+                raise scope_budget_not_found()
+            return ScopeBudgetView(*found)
+
+        return await self._tx.read(tenant, work)
+
+    async def delete_scope_budget(
+        self, tenant: str, mutation: Mutation, key: ScopeKey, encode: Callable[[None], bytes]
+    ) -> bytes:
+        async def work(conn: asyncpg.Connection, tally: Tally) -> None:
+            await store_reads.delete_scope_budget(conn, tenant, key.scope, key.scope_id, key.kind)
+
+        return await self._tx.mutate(tenant, mutation, work, encode)

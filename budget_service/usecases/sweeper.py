@@ -1,0 +1,88 @@
+"""Background upkeep on every replica: expire overdue holds, forget old requests, gauges."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import asyncpg
+
+from budget_service.adapters.metrics import Tally
+from budget_service.store import reads as store_reads
+from budget_service.store import watchers
+from budget_service.usecases.locked_run import RunUnit
+from budget_service.usecases.transactions import REQUEST_LOG, Transactions
+from servicekit.idempotency import forget_older_than
+
+log = logging.getLogger(__name__)
+
+# Runs handled per sweep: a backlog drains over a few sweeps instead of one long one.
+SWEEP_BATCH = 200
+PURGE_EVERY_SECONDS = 60.0
+# Watcher rows are refreshed every few seconds by their process; these are long gone.
+STALE_WATCHER_SECONDS = 600.0
+
+
+class Sweeper:
+    """Cross-tenant steps (finding overdue runs, retention, gauges) go through the owner's
+    narrow upkeep functions (Transactions.upkeep); each run is expired as its own tenant.
+
+    Safe on every replica at once: each run is expired in its own short transaction under
+    its row lock, skipping runs another replica or a live call holds (SKIP LOCKED); the
+    transitions are guarded by state = 'open', so a hold still ends exactly once."""
+
+    def __init__(self, tx: Transactions) -> None:
+        self._tx = tx
+        self._last_purge = 0.0
+
+    async def run(self) -> None:
+        interval = self._tx.settings.sweep_interval_seconds
+        while True:
+            try:
+                await self.sweep()
+            except Exception as exc:  # an outage must not end the loop; the next sweep retries
+                log.warning("sweep failed", extra={"error": type(exc).__name__})
+            await asyncio.sleep(interval)
+
+    async def sweep(self) -> int:
+        """One pass; returns how many holds it expired."""
+        runs = await self._tx.upkeep(lambda conn: store_reads.overdue_runs(conn, SWEEP_BATCH))
+        expired = 0
+        for tenant, run_id in runs:
+            expired += await self._expire(tenant, run_id)
+        if time.monotonic() - self._last_purge >= PURGE_EVERY_SECONDS:
+            self._last_purge = time.monotonic()
+            hours = self._tx.settings.idempotency_retention_hours
+            await self._tx.upkeep(lambda conn: forget_older_than(conn, REQUEST_LOG, hours))
+            await self._tx.upkeep(lambda conn: watchers.purge(conn, STALE_WATCHER_SECONDS))
+        await self._refresh_gauges()
+        return expired
+
+    async def _expire(self, tenant: str, run_id: str) -> int:
+        tally = Tally()
+
+        async def work(conn: asyncpg.Connection) -> int:
+            unit = await RunUnit.lock(conn, tenant, run_id, skip_locked=True)
+            if unit is None:  # busy (its own call expires it) or gone
+                return 0
+            await unit.write(conn)
+            tally.holds_ended(unit.hold_ends)
+            return len(unit.hold_ends)
+
+        count = await self._tx.tenant(tenant).transaction(work)
+        self._tx.metrics.apply(tally)
+        return count
+
+    async def _refresh_gauges(self) -> None:
+        async def work(
+            conn: asyncpg.Connection,
+        ) -> tuple[int, list[tuple[str, store_reads.PoolView]]]:
+            return await store_reads.count_open_holds(conn), await store_reads.all_pools(conn)
+
+        open_holds, pools = await self._tx.upkeep(work)
+        self._tx.metrics.holds_open.set(open_holds)
+        self._tx.metrics.set_pools(
+            (tenant, pool.balance.key.ref, pool.balance.judged(pool.budget.policy))
+            for tenant, pool in pools
+        )

@@ -1,0 +1,88 @@
+"""Entries made ready to store: the command's SR-1 pass first, then ids, hash, sizes, embedding."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from memory_service.adapters.embedder import Embedder, to_bytes
+from memory_service.adapters.tokenizer import TokenCounter, TokenUnit
+from memory_service.domain.commands import AppendEntries, EntryDraft, ReviseEntry
+from memory_service.domain.ids import new_entry_id, new_version_id
+from memory_service.domain.manifest import content_hash
+from memory_service.domain.write_redaction import RedactedWrite, redact_write
+
+
+@dataclass(frozen=True)
+class PreparedEntry:
+    """An entry version's content as it will be stored: redacted, hashed and sized."""
+
+    entry_id: str
+    entry_version_id: str
+    kind: str
+    content: str
+    tags: tuple[str, ...]
+    metadata: Mapping[str, str]
+    content_hash: str
+    expires_at: datetime | None
+    sizes: Mapping[TokenUnit, int]
+    # float32 sentence vector of the redacted content; None when written without an embedder.
+    embedding: bytes | None = None
+
+
+P = TypeVar("P", AppendEntries, ReviseEntry)
+
+
+@dataclass(frozen=True)
+class Prepared(Generic[P]):
+    # The command as redacted (what is fingerprinted and stored), with its redaction counts.
+    redacted: RedactedWrite[P]
+    entries: tuple[PreparedEntry, ...]
+
+    @property
+    def redactions(self) -> Mapping[str, int]:
+        return self.redacted.counts
+
+    @property
+    def redactions_by_detector(self) -> Mapping[str, int]:
+        return self.redacted.by_detector
+
+
+def prepare_entries(
+    drafts: Sequence[EntryDraft], counter: TokenCounter, embedder: Embedder | None = None
+) -> tuple[PreparedEntry, ...]:
+    """Ids, hash, sizes and embedding of drafts that are already redacted."""
+    return tuple(
+        PreparedEntry(
+            entry_id=draft.entry_id or new_entry_id(),
+            entry_version_id=new_version_id(),
+            kind=draft.kind,
+            content=draft.content,
+            tags=draft.tags,
+            metadata=draft.metadata,
+            content_hash=content_hash(draft.content),
+            expires_at=draft.expires_at,
+            sizes=counter.sizes(draft.content),
+            embedding=None if embedder is None else to_bytes(embedder.embed(draft.content)),
+        )
+        for draft in drafts
+    )
+
+
+def prepare_write(
+    command: P, counter: TokenCounter, embedder: Embedder | None = None
+) -> Prepared[P]:
+    """Redact the whole command, then hash, size and embed the redacted content.
+
+    CPU-bound (regexes, BPE, inference): callers run it off the event loop. Only the content
+    is hashed (dedupe, manifest), sized (ListMemory) and embedded (search).
+    """
+    redacted = redact_write(command)
+    written = redacted.command
+    if isinstance(written, AppendEntries):
+        drafts = written.entries
+    else:  # the new version keeps the revised entry's id
+        drafts = (replace(written.entry, entry_id=written.entry_id),)
+    return Prepared(redacted, prepare_entries(drafts, counter, embedder))

@@ -1,0 +1,246 @@
+"""The `ration` command: `up`, `budget serve`, `memory serve`, `migrate`, `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+# Only light imports up here: main() installs the Ctrl-C handler first, so that a signal that
+# comes during the heavy imports (grpc, asyncpg, pgserver) is recorded, not raised mid-import.
+from servicekit import logs
+from servicekit.embedded import EmbeddedPostgresError
+from servicekit.logs import say
+from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
+from servicekit.shutdown import STOP, Interrupted, Stop
+
+if TYPE_CHECKING:
+    from servicekit.server import AppFactory, ServiceRunner
+
+# 128 + SIGINT: `migrate` or `demo` stopped before they finished. A server that is asked to
+# stop (`up`, `serve`) exits 0, at whatever moment of its start the signal came.
+INTERRUPTED = 130
+
+ServiceSpec = tuple[ServerSettings, DatabaseSettings, "AppFactory"]
+
+
+def _budget(env: Env) -> ServiceSpec:
+    from budget_service.definition import factory
+    from budget_service.usecases.settings import BudgetSettings
+
+    settings = BudgetSettings.from_env(env)
+    return settings.server, settings.database, factory(settings)
+
+
+def _memory(env: Env) -> ServiceSpec:
+    from memory_service.definition import factory
+    from memory_service.usecases.settings import MemorySettings
+
+    settings = MemorySettings.from_env(env)
+    return settings.server, settings.database, factory(settings)
+
+
+SERVICES: dict[str, Callable[[Env], ServiceSpec]] = {"budget": _budget, "memory": _memory}
+
+
+@contextlib.asynccontextmanager
+async def database_url(settings: DatabaseSettings, stop: Stop) -> AsyncIterator[str]:
+    """The configured server, or an embedded one that stops when we leave the block. The
+    embedded start runs in a thread: a stop request waits for it, then stops the server."""
+    if settings.url:
+        yield settings.url
+        return
+    from servicekit.embedded import EmbeddedPostgres
+
+    embedded = EmbeddedPostgres(settings.data_dir)
+    say(f"postgres: embedded, data in {embedded.data_dir}")
+    # A Ctrl-C reaches initdb and pg_ctl too; pgserver then logs their failure at length.
+    logging.getLogger("pgserver").addFilter(lambda record: not stop.requested)
+    try:
+        try:
+            url = await asyncio.to_thread(embedded.start)
+        except Exception:
+            await stop.settle()  # initdb may die of the Ctrl-C before the loop has read it
+            if stop.requested:  # Ctrl-C reached pg_ctl/initdb too, which gave up
+                raise Interrupted from None
+            raise
+        stop.check()
+        yield url
+    finally:
+        if not await asyncio.to_thread(embedded.stop):
+            pid = embedded.postmaster_pid()
+            say(f"postgres: the embedded server (pid {pid}) is still running; stop it: kill {pid}")
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    names: Sequence[str], env: Env, stop: Stop, *, shared_port: bool = False
+) -> AsyncIterator[list[ServiceRunner]]:
+    """Database, then each service; yields once all are SERVING. Leaving the block (normally,
+    by Interrupted or by an error) stops whatever had started, in reverse order."""
+    from servicekit.db import Database
+    from servicekit.ports import check_service_ports
+    from servicekit.server import ServiceRunner
+
+    built = [(name, *SERVICES[name](env)) for name in names]
+    for name, server, _, _ in built:  # before Postgres starts: a taken port fails at once
+        check_service_ports(name, server, grpc=not shared_port)
+    stop.check()
+    async with database_url(built[0][2], stop) as url:
+        runners: list[ServiceRunner] = []
+        try:
+            for _, server, database, factory in built:
+                stop.check()
+                runner = ServiceRunner(
+                    factory, server, Database(url, database), reuse_port=shared_port
+                )
+                runners.append(runner)
+                await runner.start()
+            await stop.race(_ready_or_failed(runners))
+            yield runners
+        finally:
+            for runner in reversed(runners):
+                await runner.stop()
+
+
+async def _ready_or_failed(runners: Sequence[ServiceRunner]) -> None:
+    """Until every runner is SERVING; a runner that cannot serve as configured (e.g. a
+    privileged database role) raises its SettingsError (exit 2 with its message, main)."""
+    waiters: list[asyncio.Future[Any]] = [
+        asyncio.ensure_future(asyncio.gather(*(r.ready.wait() for r in runners))),
+        *(asyncio.ensure_future(r.failed.wait()) for r in runners),
+    ]
+    try:
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiter in waiters:
+            waiter.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+    for runner in runners:
+        if runner.error is not None:
+            raise runner.error
+
+
+def _metrics_url(runner: ServiceRunner) -> str:
+    if not runner.metrics_port:
+        return "off"
+    return f"http://{runner.settings.metrics_host}:{runner.metrics_port}/metrics"
+
+
+async def _serve(names: Sequence[str], env: Env, stop: Stop, shared_port: bool = False) -> int:
+    async with stop.watching():
+        try:
+            async with serving(names, env, stop, shared_port=shared_port) as runners:
+                # The human block comes last, after every startup log line.
+                for name, runner in zip(names, runners, strict=True):
+                    say(f"{name}_service: grpc {runner.address}  metrics {_metrics_url(runner)}")
+                say("ready: all services SERVING (Ctrl-C to stop)")
+                await stop.wait()
+        except Interrupted:
+            pass
+    say("stopped")
+    return 0
+
+
+async def _migrate(env: Env, stop: Stop) -> int:
+    import asyncpg
+
+    from budget_service.definition import MIGRATIONS as BUDGET
+    from memory_service.definition import MIGRATIONS as MEMORY
+    from servicekit.migrations import migrate
+
+    settings = DatabaseSettings.from_env(env)
+    async with stop.watching(), database_url(settings, stop) as url:
+        # The owner role migrates: RATION_MIGRATE_DATABASE_URL when set, else the service URL.
+        conn = await asyncpg.connect(settings.migrate_url or url)
+        try:
+            applied = await stop.race(migrate(conn, [BUDGET, MEMORY]))
+        finally:
+            await conn.close()
+    say("\n".join(applied) if applied else "migrations: up to date")
+    return 0
+
+
+async def _demo(budget: str | None, memory: str | None, env: Env, stop: Stop) -> int:
+    """Runs the scripted agent against given addresses, or against a stack started here."""
+    from ration_server.demo import run_demo
+
+    token = os.environ.get("RATION_TOKEN")
+    async with stop.watching():
+        if budget and memory:
+            await stop.race(run_demo(budget, memory, token=token))
+            return 0
+        overrides = {
+            "RATION_BUDGET_LISTEN": "127.0.0.1:0",
+            "RATION_MEMORY_LISTEN": "127.0.0.1:0",
+            "RATION_BUDGET_METRICS_LISTEN": "off",
+            "RATION_MEMORY_METRICS_LISTEN": "off",
+        }
+        local = Env({**os.environ, **overrides})
+        async with serving(("budget", "memory"), local, stop) as runners:
+            await stop.race(run_demo(runners[0].address, runners[1].address, token=token))
+    return 0
+
+
+async def _supervise(service: str, workers: int, env: Env, stop: Stop) -> int:
+    from servicekit.workers import check_ports, supervise
+
+    server, database, _ = SERVICES[service](env)
+    check_ports(service, workers, server)
+    async with stop.watching(), database_url(database, stop) as url:
+        return await asyncio.to_thread(supervise, service, workers, url, stop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    stop = STOP
+    stop.install()
+    # gRPC's fork handlers only log ("skipping fork() handlers") when pg_ctl is spawned; no
+    # process here forks to use gRPC in the child.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    parser = argparse.ArgumentParser(prog="ration", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("up", help="both services on one database (embedded if none is set)")
+    for name in SERVICES:
+        sub = commands.add_parser(name, help=f"the {name} service")
+        sub.add_argument("action", choices=["serve"])
+        # Set by the supervisor of RATION_WORKERS > 1 for its workers only.
+        sub.add_argument("--shared-port", action="store_true", help=argparse.SUPPRESS)
+    commands.add_parser("migrate", help="apply pending migrations of both schemas")
+    demo = commands.add_parser("demo", help="a scripted agent run under a budget, shown live")
+    demo.add_argument("--budget", help="budget service address (default: start a local stack)")
+    demo.add_argument("--memory", help="memory service address")
+    args = parser.parse_args(argv)
+
+    env = Env()
+    try:
+        logs.configure(env.text("RATION_LOG_LEVEL", "INFO"), logs.log_format(env))
+        if args.command == "up":
+            return asyncio.run(_serve(["budget", "memory"], env, stop))
+        if args.command == "migrate":
+            return asyncio.run(_migrate(env, stop))
+        if args.command == "demo":
+            if not (args.budget and args.memory):
+                logs.configure("WARNING", logs.log_format(env))  # the demo's lines are the output
+            return asyncio.run(_demo(args.budget, args.memory, env, stop))
+        workers = env.integer("RATION_WORKERS", 1, minimum=1)
+        if workers > 1:
+            return asyncio.run(_supervise(args.command, workers, env, stop))
+        return asyncio.run(_serve([args.command], env, stop, args.shared_port))
+    except SettingsError as exc:
+        print(f"ration: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except Interrupted:
+        say("interrupted")
+        return INTERRUPTED
+    except EmbeddedPostgresError as exc:  # the details are in the log lines above and its log
+        print(f"ration: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
