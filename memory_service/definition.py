@@ -11,12 +11,13 @@ from prometheus_client import CollectorRegistry
 from memory_service.adapters.budget_link import BudgetLink
 from memory_service.adapters.embedder import Embedder, EmbedderUnavailable
 from memory_service.adapters.metrics import ListMetrics, MemoryMetrics
-from memory_service.adapters.tokenizer import TokenCounter, TokenizerUnavailable, TokenUnit
+from memory_service.adapters.tokenizer import TokenCounter, TokenizerUnavailable
 from memory_service.api.capabilities import MemoryCapabilities
 from memory_service.api.item_messages import MemoryItems
 from memory_service.api.servicer import MemoryServicer
 from memory_service.domain.capacity import CapacityBudget
 from memory_service.domain.compaction import CompactionPolicy
+from memory_service.domain.token_units import TokenUnit
 from memory_service.domain.write_input_rules import InputLimits
 from memory_service.usecases.candidate_cache import CandidateCache
 from memory_service.usecases.compaction import MemoryCompaction

@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.capacity import Dimension, Operation
+from memory_service.domain.token_units import TokenUnit
 from servicekit.labels import BoundedValues
 
 # Canonical content runs from ~0.5 KiB (one entry) to the 4 MiB default ceiling; the top bucket

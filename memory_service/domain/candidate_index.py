@@ -10,8 +10,8 @@ from typing import Generic, NamedTuple, TypeVar, overload
 
 import numpy as np
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.selection import rank_recency
+from memory_service.domain.token_units import TokenUnit
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)

@@ -8,12 +8,12 @@ from datetime import datetime
 from typing import NamedTuple
 from uuid import UUID
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.candidate_index import Ranked
 from memory_service.domain.capacity import CapacityBudget, Dimension, Usage, exceeded
 from memory_service.domain.commands import Rank
 from memory_service.domain.manifest import Change, ItemState
 from memory_service.domain.selection import StoppedBy
+from memory_service.domain.token_units import TokenUnit
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from datetime import datetime
 
 import asyncpg
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.candidate_index import CandidateRow, Content
+from memory_service.domain.token_units import TokenUnit
 from memory_service.store.writes import MemoryKey
 
 # The head and the database clock in one row: expiry is judged by Postgres's now(), the same

@@ -7,9 +7,9 @@ from datetime import datetime
 
 import asyncpg
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.manifest import Change, ChangeOp, ItemState, ManifestItem
 from memory_service.domain.records import RecordedChange, RevisionInfo, StoredVersion
+from memory_service.domain.token_units import TokenUnit
 from memory_service.store.writes import MemoryKey
 
 _FIND_HEAD = """

@@ -10,11 +10,11 @@ from uuid import UUID
 
 import asyncpg
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.compaction import TombstoneStatus
 from memory_service.domain.manifest import ItemState
 from memory_service.domain.records import Head, HeadItem
 from memory_service.domain.revisions import RevisionPlan
+from memory_service.domain.token_units import TokenUnit
 
 
 @dataclass(frozen=True)

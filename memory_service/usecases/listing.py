@@ -10,7 +10,6 @@ import numpy as np
 
 from memory_service.adapters.budget_link import RemainingTokens
 from memory_service.adapters.metrics import ListMetrics
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.candidate_index import CandidateRow, Ranked, candidate_numbers
 from memory_service.domain.commands import ListQuery, Rank, SearchMode, SearchQuery
 from memory_service.domain.ids import validate_memory_ref
@@ -28,6 +27,7 @@ from memory_service.domain.selection import (
     fitting_count,
     select_prefix,
 )
+from memory_service.domain.token_units import TokenUnit
 from memory_service.domain.write_input_rules import raise_if
 from memory_service.store import candidate_reads as store_candidates
 from memory_service.usecases.candidate_cache import CandidateCache

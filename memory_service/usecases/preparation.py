@@ -8,10 +8,11 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from memory_service.adapters.embedder import Embedder, to_bytes
-from memory_service.adapters.tokenizer import TokenCounter, TokenUnit
+from memory_service.adapters.tokenizer import TokenCounter
 from memory_service.domain.commands import AppendEntries, EntryDraft, ReviseEntry
 from memory_service.domain.ids import new_entry_id, new_version_id
 from memory_service.domain.manifest import content_hash
+from memory_service.domain.token_units import TokenUnit
 from memory_service.domain.write_redaction import RedactedWrite, redact_write
 
 

@@ -15,7 +15,8 @@ from conftest import StartServer
 from google.protobuf import timestamp_pb2
 from memory_support import MEMORY_TABLES, Memory, entry, request_id, rpc_error
 
-from memory_service.adapters.tokenizer import TokenCounter, TokenUnit
+from memory_service.adapters.tokenizer import TokenCounter
+from memory_service.domain.token_units import TokenUnit
 from ration.memory.v1 import memory_pb2
 from servicekit.auth import digest
 

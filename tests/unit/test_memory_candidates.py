@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.candidate_index import (
     RANKINGS,
     VECTOR_WEIGHT,
@@ -19,6 +18,7 @@ from memory_service.domain.candidate_index import (
     CandidateRow,
 )
 from memory_service.domain.selection import StoppedBy, rank_recency, select_prefix
+from memory_service.domain.token_units import TokenUnit
 from memory_service.usecases.candidate_cache import CandidateCache
 from memory_service.usecases.relevance import fused_relevance, relevance_ranking
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.api.item_messages import RESPONSES, MemoryItems
 from memory_service.domain.commands import Rank
 from memory_service.domain.records import Item, ListResult
+from memory_service.domain.token_units import TokenUnit
 from ration.memory.v1 import memory_service_pb2
 
 

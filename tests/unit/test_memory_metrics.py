@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 
 from memory_service.adapters.metrics import MAX_DETECTORS, ListMetrics, MemoryMetrics
-from memory_service.adapters.tokenizer import TokenUnit
+from memory_service.domain.token_units import TokenUnit
 
 
 def test_tokens_and_characters_returned_are_separate_metrics() -> None:

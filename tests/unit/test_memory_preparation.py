@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memory_service.adapters.embedder import Embedder, from_bytes
-from memory_service.adapters.tokenizer import TokenCounter, TokenUnit
+from memory_service.adapters.tokenizer import TokenCounter
 from memory_service.domain.commands import (
     AppendEntries,
     ChangeEntryStates,
@@ -20,6 +20,7 @@ from memory_service.domain.commands import (
 )
 from memory_service.domain.manifest import content_hash
 from memory_service.domain.redaction import Secret
+from memory_service.domain.token_units import TokenUnit
 from memory_service.domain.write_redaction import REQUEST_SECRET_LABEL, redact_write
 from memory_service.usecases.preparation import prepare_write
 from servicekit.errors import BadRequestDetail, DomainError

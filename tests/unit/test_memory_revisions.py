@@ -7,7 +7,6 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_service.adapters.tokenizer import TokenUnit
 from memory_service.domain.capacity import CapacityBudget, Dimension, Operation
 from memory_service.domain.compaction import CompactionPolicy, TombstoneStatus, plan_compaction
 from memory_service.domain.ids import new_entry_id, new_version_id
@@ -23,6 +22,7 @@ from memory_service.domain.revisions import (
     plan_reactivate,
     plan_revise,
 )
+from memory_service.domain.token_units import TokenUnit
 from memory_service.usecases.preparation import PreparedEntry
 
 HASHES = ("a" * 64, "b" * 64, "c" * 64)

@@ -13,12 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_service.adapters.tokenizer import (
-    TokenCounter,
-    TokenizerUnavailable,
-    TokenUnit,
-    packaged_data_dir,
-)
+from memory_service.adapters.tokenizer import TokenCounter, TokenizerUnavailable, packaged_data_dir
+from memory_service.domain.token_units import TokenUnit
 
 O200K = "o200k_base.tiktoken.gz"
 CL100K = "cl100k_base.tiktoken.gz"

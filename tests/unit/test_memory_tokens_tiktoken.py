@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from memory_support import tiktoken_encoding
 from tiktoken_ext import openai_public
 
-from memory_service.adapters.tokenizer import ENCODINGS, TokenCounter, TokenUnit, packaged_data_dir
+from memory_service.adapters.tokenizer import ENCODINGS, TokenCounter, packaged_data_dir
 from memory_service.definition import factory
+from memory_service.domain.token_units import TokenUnit
 from memory_service.usecases.settings import MemorySettings
 from servicekit.settings import Env, SettingsError
 
