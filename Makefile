@@ -24,6 +24,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy servicekit budget_service memory_service ration_server ration_client bench
+	$(BIN)/lint-imports --no-cache
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
