@@ -4,12 +4,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test proto lint bench soak venv clean
+.PHONY: run test proto lint bench soak venv lock clean
 
-$(STAMP): pyproject.toml
+# Installs exactly the versions of requirements.lock (a constraints file), so a new release of a
+# dependency cannot break a fresh clone; `make lock` re-resolves it from pyproject.toml.
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -c requirements.lock -e '.[dev]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -35,6 +37,15 @@ bench: $(STAMP)
 # The soak at full length (make test runs it shortened): SOAK_SECONDS=600 make soak
 soak: $(STAMP)
 	SOAK_SECONDS=$${SOAK_SECONDS:-180} $(BIN)/python -m pytest -q -s -p no:cacheprovider tests/system/test_soak.py
+
+LOCKENV := build/lockenv
+lock:
+	rm -rf $(LOCKENV) && $(PYTHON) -m venv $(LOCKENV)
+	$(LOCKENV)/bin/python -m pip install --quiet --upgrade pip
+	$(LOCKENV)/bin/python -m pip install --quiet -e '.[dev]'
+	{ echo "# Exact versions for make venv/test/run (pip constraints); regenerate with make lock."; \
+	  $(LOCKENV)/bin/python -m pip freeze --exclude-editable; } > requirements.lock
+	rm -rf $(LOCKENV)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
