@@ -80,6 +80,16 @@ class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESERVATION_STATE_CONSUMED: _ClassVar[ReservationState]
     RESERVATION_STATE_RELEASED: _ClassVar[ReservationState]
     RESERVATION_STATE_EXPIRED: _ClassVar[ReservationState]
+
+class RunEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_EVENT_TYPE_UNSPECIFIED: _ClassVar[RunEventType]
+    RUN_EVENT_TYPE_BUDGET_RESERVED: _ClassVar[RunEventType]
+    RUN_EVENT_TYPE_BUDGET_CONSUMED: _ClassVar[RunEventType]
+    RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED: _ClassVar[RunEventType]
+    RUN_EVENT_TYPE_BUDGET_EXHAUSTED: _ClassVar[RunEventType]
+    RUN_EVENT_TYPE_CAP_BREACHED: _ClassVar[RunEventType]
+    RUN_EVENT_TYPE_RUN_FAILED: _ClassVar[RunEventType]
 DIMENSION_UNSPECIFIED: Dimension
 DIMENSION_TOKENS: Dimension
 DIMENSION_COST: Dimension
@@ -121,6 +131,13 @@ RESERVATION_STATE_OPEN: ReservationState
 RESERVATION_STATE_CONSUMED: ReservationState
 RESERVATION_STATE_RELEASED: ReservationState
 RESERVATION_STATE_EXPIRED: ReservationState
+RUN_EVENT_TYPE_UNSPECIFIED: RunEventType
+RUN_EVENT_TYPE_BUDGET_RESERVED: RunEventType
+RUN_EVENT_TYPE_BUDGET_CONSUMED: RunEventType
+RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED: RunEventType
+RUN_EVENT_TYPE_BUDGET_EXHAUSTED: RunEventType
+RUN_EVENT_TYPE_CAP_BREACHED: RunEventType
+RUN_EVENT_TYPE_RUN_FAILED: RunEventType
 
 class ModelPatterns(_message.Message):
     __slots__ = ("patterns",)
@@ -287,12 +304,14 @@ class PoolBalance(_message.Message):
     def __init__(self, window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ...) -> None: ...
 
 class BudgetReservedPayload(_message.Message):
-    __slots__ = ("effective_budget", "scope")
+    __slots__ = ("effective_budget", "scope", "binding_scope")
     EFFECTIVE_BUDGET_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
+    BINDING_SCOPE_FIELD_NUMBER: _ClassVar[int]
     effective_budget: EffectiveBudget
     scope: str
-    def __init__(self, effective_budget: _Optional[_Union[EffectiveBudget, _Mapping]] = ..., scope: _Optional[str] = ...) -> None: ...
+    binding_scope: Scope
+    def __init__(self, effective_budget: _Optional[_Union[EffectiveBudget, _Mapping]] = ..., scope: _Optional[str] = ..., binding_scope: _Optional[_Union[Scope, str]] = ...) -> None: ...
 
 class BudgetConsumedPayload(_message.Message):
     __slots__ = ("dimension", "consumed", "limit", "remaining")
@@ -349,10 +368,11 @@ class RunFailedPayload(_message.Message):
     def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "type", "created_at", "payload_json", "budget_reserved", "budget_consumed", "budget_threshold_crossed", "budget_exhausted", "cap_breached", "run_failed")
+    __slots__ = ("run_id", "seq", "type", "event_type", "created_at", "payload_json", "budget_reserved", "budget_consumed", "budget_threshold_crossed", "budget_exhausted", "cap_breached", "run_failed")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TYPE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TYPE_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
     BUDGET_RESERVED_FIELD_NUMBER: _ClassVar[int]
@@ -364,6 +384,7 @@ class RunEvent(_message.Message):
     run_id: str
     seq: int
     type: str
+    event_type: RunEventType
     created_at: _timestamp_pb2.Timestamp
     payload_json: str
     budget_reserved: BudgetReservedPayload
@@ -372,4 +393,4 @@ class RunEvent(_message.Message):
     budget_exhausted: BudgetExhaustedPayload
     cap_breached: CapBreachedPayload
     run_failed: RunFailedPayload
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., type: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_json: _Optional[str] = ..., budget_reserved: _Optional[_Union[BudgetReservedPayload, _Mapping]] = ..., budget_consumed: _Optional[_Union[BudgetConsumedPayload, _Mapping]] = ..., budget_threshold_crossed: _Optional[_Union[BudgetThresholdCrossedPayload, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhaustedPayload, _Mapping]] = ..., cap_breached: _Optional[_Union[CapBreachedPayload, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailedPayload, _Mapping]] = ...) -> None: ...
+    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., type: _Optional[str] = ..., event_type: _Optional[_Union[RunEventType, str]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_json: _Optional[str] = ..., budget_reserved: _Optional[_Union[BudgetReservedPayload, _Mapping]] = ..., budget_consumed: _Optional[_Union[BudgetConsumedPayload, _Mapping]] = ..., budget_threshold_crossed: _Optional[_Union[BudgetThresholdCrossedPayload, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhaustedPayload, _Mapping]] = ..., cap_breached: _Optional[_Union[CapBreachedPayload, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailedPayload, _Mapping]] = ...) -> None: ...

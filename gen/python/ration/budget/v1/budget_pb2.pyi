@@ -29,6 +29,7 @@ from ration.budget.v1.budget_messages_pb2 import RunState as RunState
 from ration.budget.v1.budget_messages_pb2 import RunOutcome as RunOutcome
 from ration.budget.v1.budget_messages_pb2 import ReserveMode as ReserveMode
 from ration.budget.v1.budget_messages_pb2 import ReservationState as ReservationState
+from ration.budget.v1.budget_messages_pb2 import RunEventType as RunEventType
 from ration.budget.v1.budget_requests_pb2 import OpenRunRequest as OpenRunRequest
 from ration.budget.v1.budget_requests_pb2 import OpenRunResponse as OpenRunResponse
 from ration.budget.v1.budget_requests_pb2 import GetRunRequest as GetRunRequest
@@ -102,3 +103,10 @@ RESERVATION_STATE_OPEN: _budget_messages_pb2.ReservationState
 RESERVATION_STATE_CONSUMED: _budget_messages_pb2.ReservationState
 RESERVATION_STATE_RELEASED: _budget_messages_pb2.ReservationState
 RESERVATION_STATE_EXPIRED: _budget_messages_pb2.ReservationState
+RUN_EVENT_TYPE_UNSPECIFIED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_BUDGET_RESERVED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_BUDGET_CONSUMED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_BUDGET_EXHAUSTED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_CAP_BREACHED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_RUN_FAILED: _budget_messages_pb2.RunEventType

@@ -258,16 +258,20 @@ class GetCapabilitiesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class BudgetCapability(_message.Message):
-    __slots__ = ("supported", "dimensions", "enforce", "scopes")
+    __slots__ = ("supported", "dimensions", "enforce", "scopes", "enforcement", "scope_levels")
     SUPPORTED_FIELD_NUMBER: _ClassVar[int]
     DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
     ENFORCE_FIELD_NUMBER: _ClassVar[int]
     SCOPES_FIELD_NUMBER: _ClassVar[int]
+    ENFORCEMENT_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_LEVELS_FIELD_NUMBER: _ClassVar[int]
     supported: bool
     dimensions: _containers.RepeatedScalarFieldContainer[str]
     enforce: str
     scopes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, supported: _Optional[bool] = ..., dimensions: _Optional[_Iterable[str]] = ..., enforce: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ...) -> None: ...
+    enforcement: _budget_messages_pb2.Enforcement
+    scope_levels: _containers.RepeatedScalarFieldContainer[_budget_messages_pb2.Scope]
+    def __init__(self, supported: _Optional[bool] = ..., dimensions: _Optional[_Iterable[str]] = ..., enforce: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ..., enforcement: _Optional[_Union[_budget_messages_pb2.Enforcement, str]] = ..., scope_levels: _Optional[_Iterable[_Union[_budget_messages_pb2.Scope, str]]] = ...) -> None: ...
 
 class BudgetLimits(_message.Message):
     __slots__ = ("max_budget_tokens", "max_budget_cost_nanos")

@@ -63,6 +63,16 @@ class SearchMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SEARCH_MODE_UNSPECIFIED: _ClassVar[SearchMode]
     SEARCH_MODE_SEMANTIC: _ClassVar[SearchMode]
     SEARCH_MODE_FILTER: _ClassVar[SearchMode]
+
+class RevisionOperation(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    REVISION_OPERATION_UNSPECIFIED: _ClassVar[RevisionOperation]
+    REVISION_OPERATION_APPEND: _ClassVar[RevisionOperation]
+    REVISION_OPERATION_REVISE: _ClassVar[RevisionOperation]
+    REVISION_OPERATION_FORGET: _ClassVar[RevisionOperation]
+    REVISION_OPERATION_REACTIVATE: _ClassVar[RevisionOperation]
+    REVISION_OPERATION_ORGANIZE: _ClassVar[RevisionOperation]
+    REVISION_OPERATION_COMPACT: _ClassVar[RevisionOperation]
 TOKEN_COUNTER_UNSPECIFIED: TokenCounter
 TOKEN_COUNTER_O200K_BASE: TokenCounter
 TOKEN_COUNTER_CL100K_BASE: TokenCounter
@@ -93,6 +103,13 @@ ORGANIZE_MODE_DEDUPE: OrganizeMode
 SEARCH_MODE_UNSPECIFIED: SearchMode
 SEARCH_MODE_SEMANTIC: SearchMode
 SEARCH_MODE_FILTER: SearchMode
+REVISION_OPERATION_UNSPECIFIED: RevisionOperation
+REVISION_OPERATION_APPEND: RevisionOperation
+REVISION_OPERATION_REVISE: RevisionOperation
+REVISION_OPERATION_FORGET: RevisionOperation
+REVISION_OPERATION_REACTIVATE: RevisionOperation
+REVISION_OPERATION_ORGANIZE: RevisionOperation
+REVISION_OPERATION_COMPACT: RevisionOperation
 
 class Secret(_message.Message):
     __slots__ = ("secret_id", "value")
@@ -225,7 +242,7 @@ class Capacity(_message.Message):
     def __init__(self, revision: _Optional[int] = ..., active_entry_count: _Optional[int] = ..., manifest_entry_count: _Optional[int] = ..., manifest_bytes: _Optional[int] = ..., compactable_entry_count: _Optional[int] = ..., budget: _Optional[_Union[CapacityBudget, _Mapping]] = ..., exceeded: _Optional[_Iterable[_Union[CapacityDimension, str]]] = ...) -> None: ...
 
 class Revision(_message.Message):
-    __slots__ = ("revision", "created_at", "operation", "change_count", "active_entry_count", "manifest_entry_count", "manifest_bytes")
+    __slots__ = ("revision", "created_at", "operation", "change_count", "active_entry_count", "manifest_entry_count", "manifest_bytes", "revision_operation")
     REVISION_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     OPERATION_FIELD_NUMBER: _ClassVar[int]
@@ -233,6 +250,7 @@ class Revision(_message.Message):
     ACTIVE_ENTRY_COUNT_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_ENTRY_COUNT_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REVISION_OPERATION_FIELD_NUMBER: _ClassVar[int]
     revision: int
     created_at: _timestamp_pb2.Timestamp
     operation: str
@@ -240,7 +258,8 @@ class Revision(_message.Message):
     active_entry_count: int
     manifest_entry_count: int
     manifest_bytes: int
-    def __init__(self, revision: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., operation: _Optional[str] = ..., change_count: _Optional[int] = ..., active_entry_count: _Optional[int] = ..., manifest_entry_count: _Optional[int] = ..., manifest_bytes: _Optional[int] = ...) -> None: ...
+    revision_operation: RevisionOperation
+    def __init__(self, revision: _Optional[int] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., operation: _Optional[str] = ..., change_count: _Optional[int] = ..., active_entry_count: _Optional[int] = ..., manifest_entry_count: _Optional[int] = ..., manifest_bytes: _Optional[int] = ..., revision_operation: _Optional[_Union[RevisionOperation, str]] = ...) -> None: ...
 
 class WriteResult(_message.Message):
     __slots__ = ("revision", "changes", "capacity")

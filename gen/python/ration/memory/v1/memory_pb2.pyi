@@ -20,6 +20,7 @@ from ration.memory.v1.memory_messages_pb2 import ChangeOp as ChangeOp
 from ration.memory.v1.memory_messages_pb2 import CapacityDimension as CapacityDimension
 from ration.memory.v1.memory_messages_pb2 import OrganizeMode as OrganizeMode
 from ration.memory.v1.memory_messages_pb2 import SearchMode as SearchMode
+from ration.memory.v1.memory_messages_pb2 import RevisionOperation as RevisionOperation
 
 DESCRIPTOR: _descriptor.FileDescriptor
 TOKEN_COUNTER_UNSPECIFIED: _memory_messages_pb2.TokenCounter
@@ -52,3 +53,10 @@ ORGANIZE_MODE_DEDUPE: _memory_messages_pb2.OrganizeMode
 SEARCH_MODE_UNSPECIFIED: _memory_messages_pb2.SearchMode
 SEARCH_MODE_SEMANTIC: _memory_messages_pb2.SearchMode
 SEARCH_MODE_FILTER: _memory_messages_pb2.SearchMode
+REVISION_OPERATION_UNSPECIFIED: _memory_messages_pb2.RevisionOperation
+REVISION_OPERATION_APPEND: _memory_messages_pb2.RevisionOperation
+REVISION_OPERATION_REVISE: _memory_messages_pb2.RevisionOperation
+REVISION_OPERATION_FORGET: _memory_messages_pb2.RevisionOperation
+REVISION_OPERATION_REACTIVATE: _memory_messages_pb2.RevisionOperation
+REVISION_OPERATION_ORGANIZE: _memory_messages_pb2.RevisionOperation
+REVISION_OPERATION_COMPACT: _memory_messages_pb2.RevisionOperation

@@ -207,6 +207,28 @@ class GetChangesResponse(_message.Message):
     next_page_token: str
     def __init__(self, changes: _Optional[_Iterable[_Union[_memory_messages_pb2.Change, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class ListChangesRequest(_message.Message):
+    __slots__ = ("memory_ref", "revision", "since", "page_size", "page_token")
+    MEMORY_REF_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    memory_ref: str
+    revision: int
+    since: int
+    page_size: int
+    page_token: str
+    def __init__(self, memory_ref: _Optional[str] = ..., revision: _Optional[int] = ..., since: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListChangesResponse(_message.Message):
+    __slots__ = ("changes", "next_page_token")
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    changes: _containers.RepeatedCompositeFieldContainer[_memory_messages_pb2.Change]
+    next_page_token: str
+    def __init__(self, changes: _Optional[_Iterable[_Union[_memory_messages_pb2.Change, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class GetEntryVersionRequest(_message.Message):
     __slots__ = ("memory_ref", "entry_version_id")
     MEMORY_REF_FIELD_NUMBER: _ClassVar[int]
@@ -328,20 +350,24 @@ class GetCapabilitiesRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SearchCapability(_message.Message):
-    __slots__ = ("supported", "modes")
+    __slots__ = ("supported", "modes", "search_modes")
     SUPPORTED_FIELD_NUMBER: _ClassVar[int]
     MODES_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_MODES_FIELD_NUMBER: _ClassVar[int]
     supported: bool
     modes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, supported: _Optional[bool] = ..., modes: _Optional[_Iterable[str]] = ...) -> None: ...
+    search_modes: _containers.RepeatedScalarFieldContainer[_memory_messages_pb2.SearchMode]
+    def __init__(self, supported: _Optional[bool] = ..., modes: _Optional[_Iterable[str]] = ..., search_modes: _Optional[_Iterable[_Union[_memory_messages_pb2.SearchMode, str]]] = ...) -> None: ...
 
 class InjectionBudgetCapability(_message.Message):
-    __slots__ = ("supported", "token_counter")
+    __slots__ = ("supported", "token_counter", "default_token_counter")
     SUPPORTED_FIELD_NUMBER: _ClassVar[int]
     TOKEN_COUNTER_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_TOKEN_COUNTER_FIELD_NUMBER: _ClassVar[int]
     supported: bool
     token_counter: str
-    def __init__(self, supported: _Optional[bool] = ..., token_counter: _Optional[str] = ...) -> None: ...
+    default_token_counter: _memory_messages_pb2.TokenCounter
+    def __init__(self, supported: _Optional[bool] = ..., token_counter: _Optional[str] = ..., default_token_counter: _Optional[_Union[_memory_messages_pb2.TokenCounter, str]] = ...) -> None: ...
 
 class CompactionPolicy(_message.Message):
     __slots__ = ("enabled", "min_tombstone_revisions")

@@ -19,6 +19,8 @@ from ration.memory.v1.memory_requests_pb2 import ListRevisionsRequest as ListRev
 from ration.memory.v1.memory_requests_pb2 import ListRevisionsResponse as ListRevisionsResponse
 from ration.memory.v1.memory_requests_pb2 import GetChangesRequest as GetChangesRequest
 from ration.memory.v1.memory_requests_pb2 import GetChangesResponse as GetChangesResponse
+from ration.memory.v1.memory_requests_pb2 import ListChangesRequest as ListChangesRequest
+from ration.memory.v1.memory_requests_pb2 import ListChangesResponse as ListChangesResponse
 from ration.memory.v1.memory_requests_pb2 import GetEntryVersionRequest as GetEntryVersionRequest
 from ration.memory.v1.memory_requests_pb2 import GetEntryVersionResponse as GetEntryVersionResponse
 from ration.memory.v1.memory_requests_pb2 import ValidateCitationRequest as ValidateCitationRequest

@@ -76,6 +76,11 @@ class MemoryServiceStub:
                 request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsRequest.SerializeToString,
                 response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsResponse.FromString,
                 _registered_method=True)
+        self.ListChanges = channel.unary_unary(
+                '/ration.memory.v1.MemoryService/ListChanges',
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesResponse.FromString,
+                _registered_method=True)
         self.GetChanges = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/GetChanges',
                 request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetChangesRequest.SerializeToString,
@@ -195,9 +200,17 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def GetChanges(self, request, context):
+    def ListChanges(self, request, context):
         """Changes of one revision, or of all revisions after `since`, ordered by (revision, entry_id)
         and paginated. No side effects. Errors: MEMORY_NOT_FOUND, REVISION_NOT_FOUND. Role: reader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetChanges(self, request, context):
+        """Deprecated: call ListChanges, which takes and returns the same fields. Served by the same
+        code, with the same errors and the same page tokens.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -323,6 +336,11 @@ def add_MemoryServiceServicer_to_server(servicer, server):
                     servicer.ListRevisions,
                     request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsRequest.FromString,
                     response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsResponse.SerializeToString,
+            ),
+            'ListChanges': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListChanges,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesResponse.SerializeToString,
             ),
             'GetChanges': grpc.unary_unary_rpc_method_handler(
                     servicer.GetChanges,
@@ -573,6 +591,33 @@ class MemoryService:
             '/ration.memory.v1.MemoryService/ListRevisions',
             ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsRequest.SerializeToString,
             ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListChanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ration.memory.v1.MemoryService/ListChanges',
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,
