@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class BudgetServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Per-run LLM budgets: open a run, hold estimates before calls, record what was billed, and
+    read or stream the run's events. The file header lists every error reason.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -107,7 +109,9 @@ class BudgetServiceStub:
 
 
 class BudgetServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Per-run LLM budgets: open a run, hold estimates before calls, record what was billed, and
+    read or stream the run's events. The file header lists every error reason.
+    """
 
     def OpenRun(self, request, context):
         """Creates a run and resolves its effective budget once (run overlay min per-run scope caps,
@@ -357,7 +361,9 @@ def add_BudgetServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class BudgetService:
-    """Missing associated documentation comment in .proto file."""
+    """Per-run LLM budgets: open a run, hold estimates before calls, record what was billed, and
+    read or stream the run's events. The file header lists every error reason.
+    """
 
     @staticmethod
     def OpenRun(request,
