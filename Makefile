@@ -27,6 +27,15 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy servicekit budget_service memory_service ration_server ration_client bench
 	$(BIN)/lint-imports --no-cache
+	cd proto && ../$(BIN)/buf lint
+	@# buf breaking: today's protos against the previous commit's (skipped in a one-commit clone).
+	@if prev=$$(git rev-parse --verify --quiet HEAD~1); then \
+		echo "buf breaking --against HEAD~1 ($$prev)"; \
+		cd proto && ../$(BIN)/buf breaking \
+			--against "$$(git rev-parse --path-format=absolute --git-common-dir)#ref=$$prev,subdir=proto"; \
+	else \
+		echo "buf breaking: skipped, HEAD~1 does not exist (a one-commit clone)"; \
+	fi
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -16,7 +16,14 @@ from budget_service.api.requests import (
 )
 from budget_service.domain import commands as cmd
 from budget_service.domain import events as ev
-from budget_service.domain.policy import BudgetPolicy, Dimension, EffectiveBudget, ModelVerdict
+from budget_service.domain.policy import (
+    BudgetPolicy,
+    Dimension,
+    EffectiveBudget,
+    Enforcement,
+    ModelVerdict,
+    Scope,
+)
 from budget_service.domain.records import DimensionStatus, HoldRecord, RunRecord, StoredScopeBudget
 from budget_service.domain.run_state import HoldState, RunState
 from budget_service.store.reads import StoredEvent
@@ -37,6 +44,14 @@ STATES = {
     RunState.INTERRUPTED: pb.RUN_STATE_INTERRUPTED,
     RunState.FAILED: pb.RUN_STATE_FAILED,
     RunState.CLOSED: pb.RUN_STATE_CLOSED,
+}
+EVENT_TYPES = {
+    ev.BudgetReserved.event_type: pb.RUN_EVENT_TYPE_BUDGET_RESERVED,
+    ev.BudgetConsumed.event_type: pb.RUN_EVENT_TYPE_BUDGET_CONSUMED,
+    ev.ThresholdCrossed.event_type: pb.RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED,
+    ev.BudgetExhausted.event_type: pb.RUN_EVENT_TYPE_BUDGET_EXHAUSTED,
+    ev.CapBreached.event_type: pb.RUN_EVENT_TYPE_CAP_BREACHED,
+    ev.RunFailed.event_type: pb.RUN_EVENT_TYPE_RUN_FAILED,
 }
 HOLD_STATES = {
     HoldState.OPEN: pb.RESERVATION_STATE_OPEN,
@@ -179,6 +194,7 @@ def _typed(event: ev.BudgetEvent, message: pb.RunEvent) -> None:
     if isinstance(event, ev.BudgetReserved):
         message.budget_reserved.effective_budget.CopyFrom(effective_budget(event.effective_budget))
         message.budget_reserved.scope = event.scope.value
+        message.budget_reserved.binding_scope = SCOPE_NUMBERS[event.scope]
     elif isinstance(event, ev.BudgetConsumed):
         message.budget_consumed.CopyFrom(
             pb.BudgetConsumedPayload(
@@ -221,6 +237,7 @@ def run_event(run: RunRecord, stored: StoredEvent) -> pb.RunEvent:
         run_id=run.run_id,
         seq=stored.seq,
         type=stored.type,
+        event_type=EVENT_TYPES[stored.type],
         created_at=timestamp(stored.created_at),
         payload_json=stored.payload_json,
     )
@@ -294,6 +311,8 @@ def capabilities(caps: BudgetCapabilities) -> pb.GetCapabilitiesResponse:
             dimensions=list(caps.dimensions),
             enforce=caps.enforce,
             scopes=list(caps.scopes),
+            enforcement=ENFORCEMENT_NUMBERS[Enforcement(caps.enforce)],
+            scope_levels=[SCOPE_NUMBERS[Scope(s)] for s in caps.scopes],
         ),
         limits=limits,
         capabilities_json=caps.to_json(),

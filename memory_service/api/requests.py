@@ -146,7 +146,10 @@ def revisions_query(request: memory_service_pb2.ListRevisionsRequest) -> Revisio
     return RevisionsQuery(request.memory_ref, request.since, request.through)
 
 
-def changes_query(request: memory_service_pb2.GetChangesRequest) -> ChangesQuery:
+def changes_query(
+    request: memory_service_pb2.ListChangesRequest | memory_service_pb2.GetChangesRequest,
+) -> ChangesQuery:
+    """ListChanges and the deprecated GetChanges take the same fields."""
     selector = request.WhichOneof("selector")
     return ChangesQuery(
         memory_ref=request.memory_ref,

@@ -42,6 +42,19 @@ _UNITS = {
     TokenUnit.CL100K_BASE: memory_pb2.TOKEN_COUNTER_CL100K_BASE,
     TokenUnit.CHARS: memory_pb2.TOKEN_COUNTER_CHARS,
 }
+# The stored operation word of a revision (DESIGN 11) to its enum; both are served.
+_OPERATIONS = {
+    "append": memory_pb2.REVISION_OPERATION_APPEND,
+    "revise": memory_pb2.REVISION_OPERATION_REVISE,
+    "forget": memory_pb2.REVISION_OPERATION_FORGET,
+    "reactivate": memory_pb2.REVISION_OPERATION_REACTIVATE,
+    "organize": memory_pb2.REVISION_OPERATION_ORGANIZE,
+    "compact": memory_pb2.REVISION_OPERATION_COMPACT,
+}
+_SEARCH_MODES = {
+    "semantic": memory_pb2.SEARCH_MODE_SEMANTIC,
+    "filter": memory_pb2.SEARCH_MODE_FILTER,
+}
 _STOPPED_BY = {
     StoppedBy.NONE: memory_pb2.STOPPED_BY_NONE,
     StoppedBy.BUDGET: memory_pb2.STOPPED_BY_BUDGET,
@@ -177,6 +190,7 @@ def revisions_response(
                 revision=r.revision,
                 created_at=timestamp(r.created_at),
                 operation=r.operation,
+                revision_operation=_OPERATIONS[r.operation],
                 change_count=r.change_count,
                 active_entry_count=r.usage.active_entries,
                 manifest_entry_count=r.usage.manifest_entries,
@@ -187,9 +201,16 @@ def revisions_response(
     )
 
 
-def changes_response(page: ChangesPage) -> memory_service_pb2.GetChangesResponse:
-    return memory_service_pb2.GetChangesResponse(
+def changes_response(page: ChangesPage) -> memory_service_pb2.ListChangesResponse:
+    return memory_service_pb2.ListChangesResponse(
         changes=[change(c) for c in page.changes], next_page_token=page.next_page_token
+    )
+
+
+def deprecated_changes_response(page: ChangesPage) -> memory_service_pb2.GetChangesResponse:
+    """GetChanges (deprecated): the ListChanges answer under its old message name."""
+    return memory_service_pb2.GetChangesResponse.FromString(
+        changes_response(page).SerializeToString()
     )
 
 
@@ -209,11 +230,18 @@ def capabilities_response(caps: MemoryCapabilities) -> memory_service_pb2.GetCap
         max_entry_size_bytes=caps.max_entry_size_bytes,
         ttl_supported=True,
         search=memory_service_pb2.SearchCapability(
-            supported=bool(caps.search_modes), modes=list(caps.search_modes)
+            supported=bool(caps.search_modes),
+            modes=list(caps.search_modes),
+            search_modes=[_SEARCH_MODES[m] for m in caps.search_modes],
         ),
         injection_budget=memory_service_pb2.InjectionBudgetCapability(
             supported=caps.injection_budget,
             token_counter=caps.token_counter if caps.injection_budget else "",
+            default_token_counter=(
+                _UNITS[TokenUnit(caps.token_counter)]
+                if caps.injection_budget
+                else memory_pb2.TOKEN_COUNTER_UNSPECIFIED
+            ),
         ),
         capacity_budget=memory_pb2.CapacityBudget(
             max_active_entries=caps.max_active_entries,

@@ -116,11 +116,17 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         )
         return convert_out.revisions_response(revisions)
 
+    async def ListChanges(
+        self, request: pb.ListChangesRequest, context: Context
+    ) -> pb.ListChangesResponse:
+        page = await self._queries.changes(current_identity(), convert.changes_query(request))
+        return convert_out.changes_response(page)
+
     async def GetChanges(
         self, request: pb.GetChangesRequest, context: Context
     ) -> pb.GetChangesResponse:
         page = await self._queries.changes(current_identity(), convert.changes_query(request))
-        return convert_out.changes_response(page)
+        return convert_out.deprecated_changes_response(page)
 
     async def GetEntryVersion(
         self, request: pb.GetEntryVersionRequest, context: Context

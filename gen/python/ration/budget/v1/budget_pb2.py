@@ -22,128 +22,17 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from ration.budget.v1 import budget_messages_pb2 as ration_dot_budget_dot_v1_dot_budget__messages__pb2
+from ration.budget.v1 import budget_requests_pb2 as ration_dot_budget_dot_v1_dot_budget__requests__pb2
 
+from ration.budget.v1.budget_messages_pb2 import *
+from ration.budget.v1.budget_requests_pb2 import *
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dration/budget/v1/budget.proto\x12\x10ration.budget.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"!\n\rModelPatterns\x12\x10\n\x08patterns\x18\x01 \x03(\t\"\xf7\x02\n\x0c\x42udgetPolicy\x12\x17\n\nmax_tokens\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1b\n\x0emax_cost_nanos\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0emax_tool_calls\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x18\n\x0bmax_retries\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x34\n\x0bmodel_allow\x18\x05 \x01(\x0b\x32\x1f.ration.budget.v1.ModelPatterns\x12\x12\n\nmodel_deny\x18\x06 \x03(\t\x12\x1e\n\x11threshold_percent\x18\x07 \x01(\x05H\x04\x88\x01\x01\x12\x35\n\ron_exhaustion\x18\x08 \x01(\x0e\x32\x1e.ration.budget.v1.OnExhaustionB\r\n\x0b_max_tokensB\x11\n\x0f_max_cost_nanosB\x11\n\x0f_max_tool_callsB\x0e\n\x0c_max_retriesB\x14\n\x12_threshold_percent\"R\n\x07\x41mounts\x12\x0e\n\x06tokens\x18\x01 \x01(\x03\x12\x12\n\ncost_nanos\x18\x02 \x01(\x03\x12\x12\n\ntool_calls\x18\x03 \x01(\x03\x12\x0f\n\x07retries\x18\x04 \x01(\x03\"\x95\x02\n\x0f\x45\x66\x66\x65\x63tiveBudget\x12\x17\n\nmax_tokens\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x1b\n\x0emax_cost_nanos\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0emax_tool_calls\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x18\n\x0bmax_retries\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12\x19\n\x11threshold_percent\x18\x05 \x01(\x05\x12\x35\n\ron_exhaustion\x18\x06 \x01(\x0e\x32\x1e.ration.budget.v1.OnExhaustionB\r\n\x0b_max_tokensB\x11\n\x0f_max_cost_nanosB\x11\n\x0f_max_tool_callsB\x0e\n\x0c_max_retries\"\x83\x02\n\x0f\x44imensionStatus\x12.\n\tdimension\x18\x01 \x01(\x0e\x32\x1b.ration.budget.v1.Dimension\x12\x12\n\x05limit\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x10\n\x08\x63onsumed\x18\x03 \x01(\x03\x12\x0c\n\x04held\x18\x04 \x01(\x03\x12\x16\n\tremaining\x18\x05 \x01(\x03H\x01\x88\x01\x01\x12.\n\rbinding_scope\x18\x06 \x01(\x0e\x32\x17.ration.budget.v1.Scope\x12\x18\n\x10\x62inding_scope_id\x18\x07 \x01(\t\x12\x12\n\nclamped_by\x18\x08 \x01(\tB\x08\n\x06_limitB\x0c\n\n_remaining\"\xd9\x03\n\x03Run\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x12\n\nproject_id\x18\x02 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x03 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x04 \x01(\t\x12)\n\x05state\x18\x05 \x01(\x0e\x32\x1a.ration.budget.v1.RunState\x12;\n\x10\x65\x66\x66\x65\x63tive_budget\x18\x06 \x01(\x0b\x32!.ration.budget.v1.EffectiveBudget\x12\x35\n\ndimensions\x18\x07 \x03(\x0b\x32!.ration.budget.v1.DimensionStatus\x12\x16\n\x0epolicy_version\x18\x08 \x01(\x05\x12-\n\x07outcome\x18\t \x01(\x0e\x32\x1c.ration.budget.v1.RunOutcome\x12\x14\n\x0c\x66\x61ilure_code\x18\n \x01(\t\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x61\x64visory\x18\r \x01(\x08\x12\x19\n\x11\x61\x64visory_refusals\x18\x0e \x01(\x03\"\xb1\x02\n\x0bReservation\x12\x16\n\x0ereservation_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12,\n\trequested\x18\x04 \x01(\x0b\x32\x19.ration.budget.v1.Amounts\x12*\n\x07granted\x18\x05 \x01(\x0b\x32\x19.ration.budget.v1.Amounts\x12\x31\n\x05state\x18\x06 \x01(\x0e\x32\".ration.budget.v1.ReservationState\x12.\n\nexpires_at\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\ncreated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"Y\n\x0cModelVerdict\x12\x0f\n\x07\x61llowed\x18\x01 \x01(\x08\x12&\n\x05scope\x18\x02 \x01(\x0e\x32\x17.ration.budget.v1.Scope\x12\x10\n\x08scope_id\x18\x03 \x01(\t\"\xc7\x02\n\x0bScopeBudget\x12&\n\x05scope\x18\x01 \x01(\x0e\x32\x17.ration.budget.v1.Scope\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12/\n\x04kind\x18\x03 \x01(\x0e\x32!.ration.budget.v1.ScopeBudgetKind\x12.\n\x06policy\x18\x04 \x01(\x0b\x32\x1e.ration.budget.v1.BudgetPolicy\x12(\n\x06window\x18\x05 \x01(\x0e\x32\x18.ration.budget.v1.Window\x12\x32\n\x0b\x65nforcement\x18\x06 \x01(\x0e\x32\x1d.ration.budget.v1.Enforcement\x12\x0f\n\x07version\x18\x07 \x01(\x05\x12.\n\nupdated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"v\n\x0bPoolBalance\x12\x30\n\x0cwindow_start\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x35\n\ndimensions\x18\x02 \x03(\x0b\x32!.ration.budget.v1.DimensionStatus\"c\n\x15\x42udgetReservedPayload\x12;\n\x10\x65\x66\x66\x65\x63tive_budget\x18\x01 \x01(\x0b\x32!.ration.budget.v1.EffectiveBudget\x12\r\n\x05scope\x18\x02 \x01(\t\"{\n\x15\x42udgetConsumedPayload\x12.\n\tdimension\x18\x01 \x01(\x0e\x32\x1b.ration.budget.v1.Dimension\x12\x10\n\x08\x63onsumed\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x11\n\tremaining\x18\x04 \x01(\x03\"\x81\x01\n\x1d\x42udgetThresholdCrossedPayload\x12.\n\tdimension\x18\x01 \x01(\x0e\x32\x1b.ration.budget.v1.Dimension\x12\x10\n\x08\x63onsumed\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x0f\n\x07percent\x18\x04 \x01(\x05\"i\n\x16\x42udgetExhaustedPayload\x12.\n\tdimension\x18\x01 \x01(\x0e\x32\x1b.ration.budget.v1.Dimension\x12\x10\n\x08\x63onsumed\x18\x02 \x01(\x03\x12\r\n\x05limit\x18\x03 \x01(\x03\"s\n\x12\x43\x61pBreachedPayload\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12.\n\tdimension\x18\x02 \x01(\x0e\x32\x1b.ration.budget.v1.Dimension\x12\r\n\x05limit\x18\x03 \x01(\x03\x12\x10\n\x08observed\x18\x04 \x01(\x03\"1\n\x10RunFailedPayload\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\xa1\x04\n\x08RunEvent\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0b\n\x03seq\x18\x02 \x01(\x03\x12\x0c\n\x04type\x18\x03 \x01(\t\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cpayload_json\x18\x05 \x01(\t\x12\x42\n\x0f\x62udget_reserved\x18\n \x01(\x0b\x32\'.ration.budget.v1.BudgetReservedPayloadH\x00\x12\x42\n\x0f\x62udget_consumed\x18\x0b \x01(\x0b\x32\'.ration.budget.v1.BudgetConsumedPayloadH\x00\x12S\n\x18\x62udget_threshold_crossed\x18\x0c \x01(\x0b\x32/.ration.budget.v1.BudgetThresholdCrossedPayloadH\x00\x12\x44\n\x10\x62udget_exhausted\x18\r \x01(\x0b\x32(.ration.budget.v1.BudgetExhaustedPayloadH\x00\x12<\n\x0c\x63\x61p_breached\x18\x0e \x01(\x0b\x32$.ration.budget.v1.CapBreachedPayloadH\x00\x12\x38\n\nrun_failed\x18\x0f \x01(\x0b\x32\".ration.budget.v1.RunFailedPayloadH\x00\x42\t\n\x07payload\"\x9f\x01\n\x0eOpenRunRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x12\n\nproject_id\x18\x03 \x01(\t\x12\x13\n\x0bworkflow_id\x18\x04 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x05 \x01(\t\x12.\n\x06policy\x18\x06 \x01(\x0b\x32\x1e.ration.budget.v1.BudgetPolicy\"5\n\x0fOpenRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.ration.budget.v1.Run\"\x1f\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\"4\n\x0eGetRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.ration.budget.v1.Run\"d\n\x0f\x43loseRunRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12-\n\x07outcome\x18\x03 \x01(\x0e\x32\x1c.ration.budget.v1.RunOutcome\"N\n\x10\x43loseRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.ration.budget.v1.Run\x12\x16\n\x0ereleased_holds\x18\x02 \x01(\x05\"r\n\x10ResumeRunRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12(\n\x05\x64\x65lta\x18\x03 \x01(\x0b\x32\x19.ration.budget.v1.Amounts\x12\x10\n\x08\x61pprover\x18\x04 \x01(\t\"7\n\x11ResumeRunResponse\x12\"\n\x03run\x18\x01 \x01(\x0b\x32\x15.ration.budget.v1.Run\"\xb2\x01\n\x0eReserveRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\r\n\x05model\x18\x03 \x01(\t\x12+\n\x08\x65stimate\x18\x04 \x01(\x0b\x32\x19.ration.budget.v1.Amounts\x12\x13\n\x0bttl_seconds\x18\x05 \x01(\x05\x12+\n\x04mode\x18\x06 \x01(\x0e\x32\x1d.ration.budget.v1.ReserveMode\"\x9d\x01\n\x0fReserveResponse\x12\x32\n\x0breservation\x18\x01 \x01(\x0b\x32\x1d.ration.budget.v1.Reservation\x12\x35\n\ndimensions\x18\x02 \x03(\x0b\x32!.ration.budget.v1.DimensionStatus\x12\x1f\n\x17\x61\x64visory_refusal_reason\x18\x03 \x01(\t\"\x85\x01\n\x0e\x43onsumeRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x16\n\x0ereservation_id\x18\x03 \x01(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12(\n\x05usage\x18\x05 \x01(\x0b\x32\x19.ration.budget.v1.Amounts\"\xde\x01\n\x0f\x43onsumeResponse\x12*\n\x07overrun\x18\x01 \x01(\x0b\x32\x19.ration.budget.v1.Amounts\x12\x35\n\ndimensions\x18\x02 \x03(\x0b\x32!.ration.budget.v1.DimensionStatus\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.ration.budget.v1.RunState\x12=\n\x11reservation_state\x18\x04 \x01(\x0e\x32\".ration.budget.v1.ReservationState\"L\n\x0eReleaseRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x16\n\x0ereservation_id\x18\x03 \x01(\t\"E\n\x0fReleaseResponse\x12\x32\n\x0breservation\x18\x01 \x01(\x0b\x32\x1d.ration.budget.v1.Reservation\"Z\n\x0c\x43heckRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12+\n\x08\x65stimate\x18\x02 \x01(\x0b\x32\x19.ration.budget.v1.Amounts\x12\r\n\x05model\x18\x03 \x01(\t\"\xf6\x01\n\rCheckResponse\x12\x13\n\x0bwould_grant\x18\x01 \x01(\x08\x12\x16\n\x0erefusal_reason\x18\x02 \x01(\t\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.ration.budget.v1.RunState\x12\x35\n\ndimensions\x18\x04 \x03(\x0b\x32!.ration.budget.v1.DimensionStatus\x12\x35\n\rmodel_verdict\x18\x05 \x01(\x0b\x32\x1e.ration.budget.v1.ModelVerdict\x12\x1f\n\x17\x61\x64visory_refusal_reason\x18\x06 \x01(\t\"`\n\x14ListRunEventsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\\\n\x15ListRunEventsResponse\x12*\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x1a.ration.budget.v1.RunEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\":\n\x15WatchRunEventsRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\tafter_seq\x18\x02 \x01(\x03\"C\n\x16WatchRunEventsResponse\x12)\n\x05\x65vent\x18\x01 \x01(\x0b\x32\x1a.ration.budget.v1.RunEvent\"Z\n\x15PutScopeBudgetRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12-\n\x06\x62udget\x18\x02 \x01(\x0b\x32\x1d.ration.budget.v1.ScopeBudget\"G\n\x16PutScopeBudgetResponse\x12-\n\x06\x62udget\x18\x01 \x01(\x0b\x32\x1d.ration.budget.v1.ScopeBudget\"\x82\x01\n\x15GetScopeBudgetRequest\x12&\n\x05scope\x18\x01 \x01(\x0e\x32\x17.ration.budget.v1.Scope\x12\x10\n\x08scope_id\x18\x02 \x01(\t\x12/\n\x04kind\x18\x03 \x01(\x0e\x32!.ration.budget.v1.ScopeBudgetKind\"w\n\x16GetScopeBudgetResponse\x12-\n\x06\x62udget\x18\x01 \x01(\x0b\x32\x1d.ration.budget.v1.ScopeBudget\x12.\n\x07\x62\x61lance\x18\x02 \x01(\x0b\x32\x1d.ration.budget.v1.PoolBalance\"\x99\x01\n\x18\x44\x65leteScopeBudgetRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12&\n\x05scope\x18\x02 \x01(\x0e\x32\x17.ration.budget.v1.Scope\x12\x10\n\x08scope_id\x18\x03 \x01(\t\x12/\n\x04kind\x18\x04 \x01(\x0e\x32!.ration.budget.v1.ScopeBudgetKind\"\x1b\n\x19\x44\x65leteScopeBudgetResponse\"\x18\n\x16GetCapabilitiesRequest\"Z\n\x10\x42udgetCapability\x12\x11\n\tsupported\x18\x01 \x01(\x08\x12\x12\n\ndimensions\x18\x02 \x03(\t\x12\x0f\n\x07\x65nforce\x18\x03 \x01(\t\x12\x0e\n\x06scopes\x18\x04 \x03(\t\"\x82\x01\n\x0c\x42udgetLimits\x12\x1e\n\x11max_budget_tokens\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\"\n\x15max_budget_cost_nanos\x18\x02 \x01(\x03H\x01\x88\x01\x01\x42\x14\n\x12_max_budget_tokensB\x18\n\x16_max_budget_cost_nanos\"\x98\x01\n\x17GetCapabilitiesResponse\x12\x32\n\x06\x62udget\x18\x01 \x01(\x0b\x32\".ration.budget.v1.BudgetCapability\x12.\n\x06limits\x18\x02 \x01(\x0b\x32\x1e.ration.budget.v1.BudgetLimits\x12\x19\n\x11\x63\x61pabilities_json\x18\x03 \x01(\t*\x81\x01\n\tDimension\x12\x19\n\x15\x44IMENSION_UNSPECIFIED\x10\x00\x12\x14\n\x10\x44IMENSION_TOKENS\x10\x01\x12\x12\n\x0e\x44IMENSION_COST\x10\x02\x12\x18\n\x14\x44IMENSION_TOOL_CALLS\x10\x03\x12\x15\n\x11\x44IMENSION_RETRIES\x10\x04*b\n\x0cOnExhaustion\x12\x1d\n\x19ON_EXHAUSTION_UNSPECIFIED\x10\x00\x12\x16\n\x12ON_EXHAUSTION_FAIL\x10\x01\x12\x1b\n\x17ON_EXHAUSTION_INTERRUPT\x10\x02*e\n\x05Scope\x12\x15\n\x11SCOPE_UNSPECIFIED\x10\x00\x12\r\n\tSCOPE_RUN\x10\x01\x12\x12\n\x0eSCOPE_WORKFLOW\x10\x02\x12\x0f\n\x0bSCOPE_AGENT\x10\x03\x12\x11\n\rSCOPE_PROJECT\x10\x04*u\n\x0fScopeBudgetKind\x12!\n\x1dSCOPE_BUDGET_KIND_UNSPECIFIED\x10\x00\x12!\n\x1dSCOPE_BUDGET_KIND_PER_RUN_CAP\x10\x01\x12\x1c\n\x18SCOPE_BUDGET_KIND_POOLED\x10\x02*d\n\x06Window\x12\x16\n\x12WINDOW_UNSPECIFIED\x10\x00\x12\x0f\n\x0bWINDOW_NONE\x10\x01\x12\x0e\n\nWINDOW_DAY\x10\x02\x12\x0f\n\x0bWINDOW_WEEK\x10\x03\x12\x10\n\x0cWINDOW_MONTH\x10\x04*Z\n\x0b\x45nforcement\x12\x1b\n\x17\x45NFORCEMENT_UNSPECIFIED\x10\x00\x12\x14\n\x10\x45NFORCEMENT_HARD\x10\x01\x12\x18\n\x14\x45NFORCEMENT_ADVISORY\x10\x02*\x82\x01\n\x08RunState\x12\x19\n\x15RUN_STATE_UNSPECIFIED\x10\x00\x12\x14\n\x10RUN_STATE_ACTIVE\x10\x01\x12\x19\n\x15RUN_STATE_INTERRUPTED\x10\x02\x12\x14\n\x10RUN_STATE_FAILED\x10\x03\x12\x14\n\x10RUN_STATE_CLOSED\x10\x04*w\n\nRunOutcome\x12\x1b\n\x17RUN_OUTCOME_UNSPECIFIED\x10\x00\x12\x19\n\x15RUN_OUTCOME_SUCCEEDED\x10\x01\x12\x16\n\x12RUN_OUTCOME_FAILED\x10\x02\x12\x19\n\x15RUN_OUTCOME_CANCELLED\x10\x03*d\n\x0bReserveMode\x12\x1c\n\x18RESERVE_MODE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bRESERVE_MODE_ALL_OR_NOTHING\x10\x01\x12\x16\n\x12RESERVE_MODE_UP_TO\x10\x02*\xb0\x01\n\x10ReservationState\x12!\n\x1dRESERVATION_STATE_UNSPECIFIED\x10\x00\x12\x1a\n\x16RESERVATION_STATE_OPEN\x10\x01\x12\x1e\n\x1aRESERVATION_STATE_CONSUMED\x10\x02\x12\x1e\n\x1aRESERVATION_STATE_RELEASED\x10\x03\x12\x1d\n\x19RESERVATION_STATE_EXPIRED\x10\x04\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dration/budget/v1/budget.proto\x12\x10ration.budget.v1\x1a&ration/budget/v1/budget_messages.proto\x1a&ration/budget/v1/budget_requests.protoP\x00P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ration.budget.v1.budget_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DIMENSION']._serialized_start=6812
-  _globals['_DIMENSION']._serialized_end=6941
-  _globals['_ONEXHAUSTION']._serialized_start=6943
-  _globals['_ONEXHAUSTION']._serialized_end=7041
-  _globals['_SCOPE']._serialized_start=7043
-  _globals['_SCOPE']._serialized_end=7144
-  _globals['_SCOPEBUDGETKIND']._serialized_start=7146
-  _globals['_SCOPEBUDGETKIND']._serialized_end=7263
-  _globals['_WINDOW']._serialized_start=7265
-  _globals['_WINDOW']._serialized_end=7365
-  _globals['_ENFORCEMENT']._serialized_start=7367
-  _globals['_ENFORCEMENT']._serialized_end=7457
-  _globals['_RUNSTATE']._serialized_start=7460
-  _globals['_RUNSTATE']._serialized_end=7590
-  _globals['_RUNOUTCOME']._serialized_start=7592
-  _globals['_RUNOUTCOME']._serialized_end=7711
-  _globals['_RESERVEMODE']._serialized_start=7713
-  _globals['_RESERVEMODE']._serialized_end=7813
-  _globals['_RESERVATIONSTATE']._serialized_start=7816
-  _globals['_RESERVATIONSTATE']._serialized_end=7992
-  _globals['_MODELPATTERNS']._serialized_start=84
-  _globals['_MODELPATTERNS']._serialized_end=117
-  _globals['_BUDGETPOLICY']._serialized_start=120
-  _globals['_BUDGETPOLICY']._serialized_end=495
-  _globals['_AMOUNTS']._serialized_start=497
-  _globals['_AMOUNTS']._serialized_end=579
-  _globals['_EFFECTIVEBUDGET']._serialized_start=582
-  _globals['_EFFECTIVEBUDGET']._serialized_end=859
-  _globals['_DIMENSIONSTATUS']._serialized_start=862
-  _globals['_DIMENSIONSTATUS']._serialized_end=1121
-  _globals['_RUN']._serialized_start=1124
-  _globals['_RUN']._serialized_end=1597
-  _globals['_RESERVATION']._serialized_start=1600
-  _globals['_RESERVATION']._serialized_end=1905
-  _globals['_MODELVERDICT']._serialized_start=1907
-  _globals['_MODELVERDICT']._serialized_end=1996
-  _globals['_SCOPEBUDGET']._serialized_start=1999
-  _globals['_SCOPEBUDGET']._serialized_end=2326
-  _globals['_POOLBALANCE']._serialized_start=2328
-  _globals['_POOLBALANCE']._serialized_end=2446
-  _globals['_BUDGETRESERVEDPAYLOAD']._serialized_start=2448
-  _globals['_BUDGETRESERVEDPAYLOAD']._serialized_end=2547
-  _globals['_BUDGETCONSUMEDPAYLOAD']._serialized_start=2549
-  _globals['_BUDGETCONSUMEDPAYLOAD']._serialized_end=2672
-  _globals['_BUDGETTHRESHOLDCROSSEDPAYLOAD']._serialized_start=2675
-  _globals['_BUDGETTHRESHOLDCROSSEDPAYLOAD']._serialized_end=2804
-  _globals['_BUDGETEXHAUSTEDPAYLOAD']._serialized_start=2806
-  _globals['_BUDGETEXHAUSTEDPAYLOAD']._serialized_end=2911
-  _globals['_CAPBREACHEDPAYLOAD']._serialized_start=2913
-  _globals['_CAPBREACHEDPAYLOAD']._serialized_end=3028
-  _globals['_RUNFAILEDPAYLOAD']._serialized_start=3030
-  _globals['_RUNFAILEDPAYLOAD']._serialized_end=3079
-  _globals['_RUNEVENT']._serialized_start=3082
-  _globals['_RUNEVENT']._serialized_end=3627
-  _globals['_OPENRUNREQUEST']._serialized_start=3630
-  _globals['_OPENRUNREQUEST']._serialized_end=3789
-  _globals['_OPENRUNRESPONSE']._serialized_start=3791
-  _globals['_OPENRUNRESPONSE']._serialized_end=3844
-  _globals['_GETRUNREQUEST']._serialized_start=3846
-  _globals['_GETRUNREQUEST']._serialized_end=3877
-  _globals['_GETRUNRESPONSE']._serialized_start=3879
-  _globals['_GETRUNRESPONSE']._serialized_end=3931
-  _globals['_CLOSERUNREQUEST']._serialized_start=3933
-  _globals['_CLOSERUNREQUEST']._serialized_end=4033
-  _globals['_CLOSERUNRESPONSE']._serialized_start=4035
-  _globals['_CLOSERUNRESPONSE']._serialized_end=4113
-  _globals['_RESUMERUNREQUEST']._serialized_start=4115
-  _globals['_RESUMERUNREQUEST']._serialized_end=4229
-  _globals['_RESUMERUNRESPONSE']._serialized_start=4231
-  _globals['_RESUMERUNRESPONSE']._serialized_end=4286
-  _globals['_RESERVEREQUEST']._serialized_start=4289
-  _globals['_RESERVEREQUEST']._serialized_end=4467
-  _globals['_RESERVERESPONSE']._serialized_start=4470
-  _globals['_RESERVERESPONSE']._serialized_end=4627
-  _globals['_CONSUMEREQUEST']._serialized_start=4630
-  _globals['_CONSUMEREQUEST']._serialized_end=4763
-  _globals['_CONSUMERESPONSE']._serialized_start=4766
-  _globals['_CONSUMERESPONSE']._serialized_end=4988
-  _globals['_RELEASEREQUEST']._serialized_start=4990
-  _globals['_RELEASEREQUEST']._serialized_end=5066
-  _globals['_RELEASERESPONSE']._serialized_start=5068
-  _globals['_RELEASERESPONSE']._serialized_end=5137
-  _globals['_CHECKREQUEST']._serialized_start=5139
-  _globals['_CHECKREQUEST']._serialized_end=5229
-  _globals['_CHECKRESPONSE']._serialized_start=5232
-  _globals['_CHECKRESPONSE']._serialized_end=5478
-  _globals['_LISTRUNEVENTSREQUEST']._serialized_start=5480
-  _globals['_LISTRUNEVENTSREQUEST']._serialized_end=5576
-  _globals['_LISTRUNEVENTSRESPONSE']._serialized_start=5578
-  _globals['_LISTRUNEVENTSRESPONSE']._serialized_end=5670
-  _globals['_WATCHRUNEVENTSREQUEST']._serialized_start=5672
-  _globals['_WATCHRUNEVENTSREQUEST']._serialized_end=5730
-  _globals['_WATCHRUNEVENTSRESPONSE']._serialized_start=5732
-  _globals['_WATCHRUNEVENTSRESPONSE']._serialized_end=5799
-  _globals['_PUTSCOPEBUDGETREQUEST']._serialized_start=5801
-  _globals['_PUTSCOPEBUDGETREQUEST']._serialized_end=5891
-  _globals['_PUTSCOPEBUDGETRESPONSE']._serialized_start=5893
-  _globals['_PUTSCOPEBUDGETRESPONSE']._serialized_end=5964
-  _globals['_GETSCOPEBUDGETREQUEST']._serialized_start=5967
-  _globals['_GETSCOPEBUDGETREQUEST']._serialized_end=6097
-  _globals['_GETSCOPEBUDGETRESPONSE']._serialized_start=6099
-  _globals['_GETSCOPEBUDGETRESPONSE']._serialized_end=6218
-  _globals['_DELETESCOPEBUDGETREQUEST']._serialized_start=6221
-  _globals['_DELETESCOPEBUDGETREQUEST']._serialized_end=6374
-  _globals['_DELETESCOPEBUDGETRESPONSE']._serialized_start=6376
-  _globals['_DELETESCOPEBUDGETRESPONSE']._serialized_end=6403
-  _globals['_GETCAPABILITIESREQUEST']._serialized_start=6405
-  _globals['_GETCAPABILITIESREQUEST']._serialized_end=6429
-  _globals['_BUDGETCAPABILITY']._serialized_start=6431
-  _globals['_BUDGETCAPABILITY']._serialized_end=6521
-  _globals['_BUDGETLIMITS']._serialized_start=6524
-  _globals['_BUDGETLIMITS']._serialized_end=6654
-  _globals['_GETCAPABILITIESRESPONSE']._serialized_start=6657
-  _globals['_GETCAPABILITIESRESPONSE']._serialized_end=6809
 # @@protoc_insertion_point(module_scope)

@@ -1,655 +1,112 @@
-import datetime
-
-from google.protobuf import timestamp_pb2 as _timestamp_pb2
-from google.protobuf.internal import containers as _containers
-from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from ration.budget.v1 import budget_messages_pb2 as _budget_messages_pb2
+from ration.budget.v1 import budget_requests_pb2 as _budget_requests_pb2
 from google.protobuf import descriptor as _descriptor
-from google.protobuf import message as _message
-from collections.abc import Iterable as _Iterable, Mapping as _Mapping
-from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+from typing import ClassVar as _ClassVar
+from ration.budget.v1.budget_messages_pb2 import ModelPatterns as ModelPatterns
+from ration.budget.v1.budget_messages_pb2 import BudgetPolicy as BudgetPolicy
+from ration.budget.v1.budget_messages_pb2 import Amounts as Amounts
+from ration.budget.v1.budget_messages_pb2 import EffectiveBudget as EffectiveBudget
+from ration.budget.v1.budget_messages_pb2 import DimensionStatus as DimensionStatus
+from ration.budget.v1.budget_messages_pb2 import Run as Run
+from ration.budget.v1.budget_messages_pb2 import Reservation as Reservation
+from ration.budget.v1.budget_messages_pb2 import ModelVerdict as ModelVerdict
+from ration.budget.v1.budget_messages_pb2 import ScopeBudget as ScopeBudget
+from ration.budget.v1.budget_messages_pb2 import PoolBalance as PoolBalance
+from ration.budget.v1.budget_messages_pb2 import BudgetReservedPayload as BudgetReservedPayload
+from ration.budget.v1.budget_messages_pb2 import BudgetConsumedPayload as BudgetConsumedPayload
+from ration.budget.v1.budget_messages_pb2 import BudgetThresholdCrossedPayload as BudgetThresholdCrossedPayload
+from ration.budget.v1.budget_messages_pb2 import BudgetExhaustedPayload as BudgetExhaustedPayload
+from ration.budget.v1.budget_messages_pb2 import CapBreachedPayload as CapBreachedPayload
+from ration.budget.v1.budget_messages_pb2 import RunFailedPayload as RunFailedPayload
+from ration.budget.v1.budget_messages_pb2 import RunEvent as RunEvent
+from ration.budget.v1.budget_messages_pb2 import Dimension as Dimension
+from ration.budget.v1.budget_messages_pb2 import OnExhaustion as OnExhaustion
+from ration.budget.v1.budget_messages_pb2 import Scope as Scope
+from ration.budget.v1.budget_messages_pb2 import ScopeBudgetKind as ScopeBudgetKind
+from ration.budget.v1.budget_messages_pb2 import Window as Window
+from ration.budget.v1.budget_messages_pb2 import Enforcement as Enforcement
+from ration.budget.v1.budget_messages_pb2 import RunState as RunState
+from ration.budget.v1.budget_messages_pb2 import RunOutcome as RunOutcome
+from ration.budget.v1.budget_messages_pb2 import ReserveMode as ReserveMode
+from ration.budget.v1.budget_messages_pb2 import ReservationState as ReservationState
+from ration.budget.v1.budget_messages_pb2 import RunEventType as RunEventType
+from ration.budget.v1.budget_requests_pb2 import OpenRunRequest as OpenRunRequest
+from ration.budget.v1.budget_requests_pb2 import OpenRunResponse as OpenRunResponse
+from ration.budget.v1.budget_requests_pb2 import GetRunRequest as GetRunRequest
+from ration.budget.v1.budget_requests_pb2 import GetRunResponse as GetRunResponse
+from ration.budget.v1.budget_requests_pb2 import CloseRunRequest as CloseRunRequest
+from ration.budget.v1.budget_requests_pb2 import CloseRunResponse as CloseRunResponse
+from ration.budget.v1.budget_requests_pb2 import ResumeRunRequest as ResumeRunRequest
+from ration.budget.v1.budget_requests_pb2 import ResumeRunResponse as ResumeRunResponse
+from ration.budget.v1.budget_requests_pb2 import ReserveRequest as ReserveRequest
+from ration.budget.v1.budget_requests_pb2 import ReserveResponse as ReserveResponse
+from ration.budget.v1.budget_requests_pb2 import ConsumeRequest as ConsumeRequest
+from ration.budget.v1.budget_requests_pb2 import ConsumeResponse as ConsumeResponse
+from ration.budget.v1.budget_requests_pb2 import ReleaseRequest as ReleaseRequest
+from ration.budget.v1.budget_requests_pb2 import ReleaseResponse as ReleaseResponse
+from ration.budget.v1.budget_requests_pb2 import CheckRequest as CheckRequest
+from ration.budget.v1.budget_requests_pb2 import CheckResponse as CheckResponse
+from ration.budget.v1.budget_requests_pb2 import ListRunEventsRequest as ListRunEventsRequest
+from ration.budget.v1.budget_requests_pb2 import ListRunEventsResponse as ListRunEventsResponse
+from ration.budget.v1.budget_requests_pb2 import WatchRunEventsRequest as WatchRunEventsRequest
+from ration.budget.v1.budget_requests_pb2 import WatchRunEventsResponse as WatchRunEventsResponse
+from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetRequest as PutScopeBudgetRequest
+from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetResponse as PutScopeBudgetResponse
+from ration.budget.v1.budget_requests_pb2 import GetScopeBudgetRequest as GetScopeBudgetRequest
+from ration.budget.v1.budget_requests_pb2 import GetScopeBudgetResponse as GetScopeBudgetResponse
+from ration.budget.v1.budget_requests_pb2 import DeleteScopeBudgetRequest as DeleteScopeBudgetRequest
+from ration.budget.v1.budget_requests_pb2 import DeleteScopeBudgetResponse as DeleteScopeBudgetResponse
+from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesRequest as GetCapabilitiesRequest
+from ration.budget.v1.budget_requests_pb2 import BudgetCapability as BudgetCapability
+from ration.budget.v1.budget_requests_pb2 import BudgetLimits as BudgetLimits
+from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesResponse as GetCapabilitiesResponse
 
 DESCRIPTOR: _descriptor.FileDescriptor
-
-class Dimension(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    DIMENSION_UNSPECIFIED: _ClassVar[Dimension]
-    DIMENSION_TOKENS: _ClassVar[Dimension]
-    DIMENSION_COST: _ClassVar[Dimension]
-    DIMENSION_TOOL_CALLS: _ClassVar[Dimension]
-    DIMENSION_RETRIES: _ClassVar[Dimension]
-
-class OnExhaustion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    ON_EXHAUSTION_UNSPECIFIED: _ClassVar[OnExhaustion]
-    ON_EXHAUSTION_FAIL: _ClassVar[OnExhaustion]
-    ON_EXHAUSTION_INTERRUPT: _ClassVar[OnExhaustion]
-
-class Scope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    SCOPE_UNSPECIFIED: _ClassVar[Scope]
-    SCOPE_RUN: _ClassVar[Scope]
-    SCOPE_WORKFLOW: _ClassVar[Scope]
-    SCOPE_AGENT: _ClassVar[Scope]
-    SCOPE_PROJECT: _ClassVar[Scope]
-
-class ScopeBudgetKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    SCOPE_BUDGET_KIND_UNSPECIFIED: _ClassVar[ScopeBudgetKind]
-    SCOPE_BUDGET_KIND_PER_RUN_CAP: _ClassVar[ScopeBudgetKind]
-    SCOPE_BUDGET_KIND_POOLED: _ClassVar[ScopeBudgetKind]
-
-class Window(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    WINDOW_UNSPECIFIED: _ClassVar[Window]
-    WINDOW_NONE: _ClassVar[Window]
-    WINDOW_DAY: _ClassVar[Window]
-    WINDOW_WEEK: _ClassVar[Window]
-    WINDOW_MONTH: _ClassVar[Window]
-
-class Enforcement(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    ENFORCEMENT_UNSPECIFIED: _ClassVar[Enforcement]
-    ENFORCEMENT_HARD: _ClassVar[Enforcement]
-    ENFORCEMENT_ADVISORY: _ClassVar[Enforcement]
-
-class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
-    RUN_STATE_ACTIVE: _ClassVar[RunState]
-    RUN_STATE_INTERRUPTED: _ClassVar[RunState]
-    RUN_STATE_FAILED: _ClassVar[RunState]
-    RUN_STATE_CLOSED: _ClassVar[RunState]
-
-class RunOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    RUN_OUTCOME_UNSPECIFIED: _ClassVar[RunOutcome]
-    RUN_OUTCOME_SUCCEEDED: _ClassVar[RunOutcome]
-    RUN_OUTCOME_FAILED: _ClassVar[RunOutcome]
-    RUN_OUTCOME_CANCELLED: _ClassVar[RunOutcome]
-
-class ReserveMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    RESERVE_MODE_UNSPECIFIED: _ClassVar[ReserveMode]
-    RESERVE_MODE_ALL_OR_NOTHING: _ClassVar[ReserveMode]
-    RESERVE_MODE_UP_TO: _ClassVar[ReserveMode]
-
-class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
-    __slots__ = ()
-    RESERVATION_STATE_UNSPECIFIED: _ClassVar[ReservationState]
-    RESERVATION_STATE_OPEN: _ClassVar[ReservationState]
-    RESERVATION_STATE_CONSUMED: _ClassVar[ReservationState]
-    RESERVATION_STATE_RELEASED: _ClassVar[ReservationState]
-    RESERVATION_STATE_EXPIRED: _ClassVar[ReservationState]
-DIMENSION_UNSPECIFIED: Dimension
-DIMENSION_TOKENS: Dimension
-DIMENSION_COST: Dimension
-DIMENSION_TOOL_CALLS: Dimension
-DIMENSION_RETRIES: Dimension
-ON_EXHAUSTION_UNSPECIFIED: OnExhaustion
-ON_EXHAUSTION_FAIL: OnExhaustion
-ON_EXHAUSTION_INTERRUPT: OnExhaustion
-SCOPE_UNSPECIFIED: Scope
-SCOPE_RUN: Scope
-SCOPE_WORKFLOW: Scope
-SCOPE_AGENT: Scope
-SCOPE_PROJECT: Scope
-SCOPE_BUDGET_KIND_UNSPECIFIED: ScopeBudgetKind
-SCOPE_BUDGET_KIND_PER_RUN_CAP: ScopeBudgetKind
-SCOPE_BUDGET_KIND_POOLED: ScopeBudgetKind
-WINDOW_UNSPECIFIED: Window
-WINDOW_NONE: Window
-WINDOW_DAY: Window
-WINDOW_WEEK: Window
-WINDOW_MONTH: Window
-ENFORCEMENT_UNSPECIFIED: Enforcement
-ENFORCEMENT_HARD: Enforcement
-ENFORCEMENT_ADVISORY: Enforcement
-RUN_STATE_UNSPECIFIED: RunState
-RUN_STATE_ACTIVE: RunState
-RUN_STATE_INTERRUPTED: RunState
-RUN_STATE_FAILED: RunState
-RUN_STATE_CLOSED: RunState
-RUN_OUTCOME_UNSPECIFIED: RunOutcome
-RUN_OUTCOME_SUCCEEDED: RunOutcome
-RUN_OUTCOME_FAILED: RunOutcome
-RUN_OUTCOME_CANCELLED: RunOutcome
-RESERVE_MODE_UNSPECIFIED: ReserveMode
-RESERVE_MODE_ALL_OR_NOTHING: ReserveMode
-RESERVE_MODE_UP_TO: ReserveMode
-RESERVATION_STATE_UNSPECIFIED: ReservationState
-RESERVATION_STATE_OPEN: ReservationState
-RESERVATION_STATE_CONSUMED: ReservationState
-RESERVATION_STATE_RELEASED: ReservationState
-RESERVATION_STATE_EXPIRED: ReservationState
-
-class ModelPatterns(_message.Message):
-    __slots__ = ("patterns",)
-    PATTERNS_FIELD_NUMBER: _ClassVar[int]
-    patterns: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, patterns: _Optional[_Iterable[str]] = ...) -> None: ...
-
-class BudgetPolicy(_message.Message):
-    __slots__ = ("max_tokens", "max_cost_nanos", "max_tool_calls", "max_retries", "model_allow", "model_deny", "threshold_percent", "on_exhaustion")
-    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    MAX_COST_NANOS_FIELD_NUMBER: _ClassVar[int]
-    MAX_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
-    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
-    MODEL_ALLOW_FIELD_NUMBER: _ClassVar[int]
-    MODEL_DENY_FIELD_NUMBER: _ClassVar[int]
-    THRESHOLD_PERCENT_FIELD_NUMBER: _ClassVar[int]
-    ON_EXHAUSTION_FIELD_NUMBER: _ClassVar[int]
-    max_tokens: int
-    max_cost_nanos: int
-    max_tool_calls: int
-    max_retries: int
-    model_allow: ModelPatterns
-    model_deny: _containers.RepeatedScalarFieldContainer[str]
-    threshold_percent: int
-    on_exhaustion: OnExhaustion
-    def __init__(self, max_tokens: _Optional[int] = ..., max_cost_nanos: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_retries: _Optional[int] = ..., model_allow: _Optional[_Union[ModelPatterns, _Mapping]] = ..., model_deny: _Optional[_Iterable[str]] = ..., threshold_percent: _Optional[int] = ..., on_exhaustion: _Optional[_Union[OnExhaustion, str]] = ...) -> None: ...
-
-class Amounts(_message.Message):
-    __slots__ = ("tokens", "cost_nanos", "tool_calls", "retries")
-    TOKENS_FIELD_NUMBER: _ClassVar[int]
-    COST_NANOS_FIELD_NUMBER: _ClassVar[int]
-    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
-    RETRIES_FIELD_NUMBER: _ClassVar[int]
-    tokens: int
-    cost_nanos: int
-    tool_calls: int
-    retries: int
-    def __init__(self, tokens: _Optional[int] = ..., cost_nanos: _Optional[int] = ..., tool_calls: _Optional[int] = ..., retries: _Optional[int] = ...) -> None: ...
-
-class EffectiveBudget(_message.Message):
-    __slots__ = ("max_tokens", "max_cost_nanos", "max_tool_calls", "max_retries", "threshold_percent", "on_exhaustion")
-    MAX_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    MAX_COST_NANOS_FIELD_NUMBER: _ClassVar[int]
-    MAX_TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
-    MAX_RETRIES_FIELD_NUMBER: _ClassVar[int]
-    THRESHOLD_PERCENT_FIELD_NUMBER: _ClassVar[int]
-    ON_EXHAUSTION_FIELD_NUMBER: _ClassVar[int]
-    max_tokens: int
-    max_cost_nanos: int
-    max_tool_calls: int
-    max_retries: int
-    threshold_percent: int
-    on_exhaustion: OnExhaustion
-    def __init__(self, max_tokens: _Optional[int] = ..., max_cost_nanos: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_retries: _Optional[int] = ..., threshold_percent: _Optional[int] = ..., on_exhaustion: _Optional[_Union[OnExhaustion, str]] = ...) -> None: ...
-
-class DimensionStatus(_message.Message):
-    __slots__ = ("dimension", "limit", "consumed", "held", "remaining", "binding_scope", "binding_scope_id", "clamped_by")
-    DIMENSION_FIELD_NUMBER: _ClassVar[int]
-    LIMIT_FIELD_NUMBER: _ClassVar[int]
-    CONSUMED_FIELD_NUMBER: _ClassVar[int]
-    HELD_FIELD_NUMBER: _ClassVar[int]
-    REMAINING_FIELD_NUMBER: _ClassVar[int]
-    BINDING_SCOPE_FIELD_NUMBER: _ClassVar[int]
-    BINDING_SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
-    CLAMPED_BY_FIELD_NUMBER: _ClassVar[int]
-    dimension: Dimension
-    limit: int
-    consumed: int
-    held: int
-    remaining: int
-    binding_scope: Scope
-    binding_scope_id: str
-    clamped_by: str
-    def __init__(self, dimension: _Optional[_Union[Dimension, str]] = ..., limit: _Optional[int] = ..., consumed: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., binding_scope: _Optional[_Union[Scope, str]] = ..., binding_scope_id: _Optional[str] = ..., clamped_by: _Optional[str] = ...) -> None: ...
-
-class Run(_message.Message):
-    __slots__ = ("run_id", "project_id", "workflow_id", "agent_id", "state", "effective_budget", "dimensions", "policy_version", "outcome", "failure_code", "created_at", "updated_at", "advisory", "advisory_refusals")
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
-    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
-    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
-    STATE_FIELD_NUMBER: _ClassVar[int]
-    EFFECTIVE_BUDGET_FIELD_NUMBER: _ClassVar[int]
-    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
-    POLICY_VERSION_FIELD_NUMBER: _ClassVar[int]
-    OUTCOME_FIELD_NUMBER: _ClassVar[int]
-    FAILURE_CODE_FIELD_NUMBER: _ClassVar[int]
-    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
-    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
-    ADVISORY_FIELD_NUMBER: _ClassVar[int]
-    ADVISORY_REFUSALS_FIELD_NUMBER: _ClassVar[int]
-    run_id: str
-    project_id: str
-    workflow_id: str
-    agent_id: str
-    state: RunState
-    effective_budget: EffectiveBudget
-    dimensions: _containers.RepeatedCompositeFieldContainer[DimensionStatus]
-    policy_version: int
-    outcome: RunOutcome
-    failure_code: str
-    created_at: _timestamp_pb2.Timestamp
-    updated_at: _timestamp_pb2.Timestamp
-    advisory: bool
-    advisory_refusals: int
-    def __init__(self, run_id: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., effective_budget: _Optional[_Union[EffectiveBudget, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., policy_version: _Optional[int] = ..., outcome: _Optional[_Union[RunOutcome, str]] = ..., failure_code: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., advisory: _Optional[bool] = ..., advisory_refusals: _Optional[int] = ...) -> None: ...
-
-class Reservation(_message.Message):
-    __slots__ = ("reservation_id", "run_id", "model", "requested", "granted", "state", "expires_at", "created_at")
-    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    MODEL_FIELD_NUMBER: _ClassVar[int]
-    REQUESTED_FIELD_NUMBER: _ClassVar[int]
-    GRANTED_FIELD_NUMBER: _ClassVar[int]
-    STATE_FIELD_NUMBER: _ClassVar[int]
-    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
-    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
-    reservation_id: str
-    run_id: str
-    model: str
-    requested: Amounts
-    granted: Amounts
-    state: ReservationState
-    expires_at: _timestamp_pb2.Timestamp
-    created_at: _timestamp_pb2.Timestamp
-    def __init__(self, reservation_id: _Optional[str] = ..., run_id: _Optional[str] = ..., model: _Optional[str] = ..., requested: _Optional[_Union[Amounts, _Mapping]] = ..., granted: _Optional[_Union[Amounts, _Mapping]] = ..., state: _Optional[_Union[ReservationState, str]] = ..., expires_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
-
-class ModelVerdict(_message.Message):
-    __slots__ = ("allowed", "scope", "scope_id")
-    ALLOWED_FIELD_NUMBER: _ClassVar[int]
-    SCOPE_FIELD_NUMBER: _ClassVar[int]
-    SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
-    allowed: bool
-    scope: Scope
-    scope_id: str
-    def __init__(self, allowed: _Optional[bool] = ..., scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ...) -> None: ...
-
-class ScopeBudget(_message.Message):
-    __slots__ = ("scope", "scope_id", "kind", "policy", "window", "enforcement", "version", "updated_at")
-    SCOPE_FIELD_NUMBER: _ClassVar[int]
-    SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
-    KIND_FIELD_NUMBER: _ClassVar[int]
-    POLICY_FIELD_NUMBER: _ClassVar[int]
-    WINDOW_FIELD_NUMBER: _ClassVar[int]
-    ENFORCEMENT_FIELD_NUMBER: _ClassVar[int]
-    VERSION_FIELD_NUMBER: _ClassVar[int]
-    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
-    scope: Scope
-    scope_id: str
-    kind: ScopeBudgetKind
-    policy: BudgetPolicy
-    window: Window
-    enforcement: Enforcement
-    version: int
-    updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ..., kind: _Optional[_Union[ScopeBudgetKind, str]] = ..., policy: _Optional[_Union[BudgetPolicy, _Mapping]] = ..., window: _Optional[_Union[Window, str]] = ..., enforcement: _Optional[_Union[Enforcement, str]] = ..., version: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
-
-class PoolBalance(_message.Message):
-    __slots__ = ("window_start", "dimensions")
-    WINDOW_START_FIELD_NUMBER: _ClassVar[int]
-    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
-    window_start: _timestamp_pb2.Timestamp
-    dimensions: _containers.RepeatedCompositeFieldContainer[DimensionStatus]
-    def __init__(self, window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ...) -> None: ...
-
-class BudgetReservedPayload(_message.Message):
-    __slots__ = ("effective_budget", "scope")
-    EFFECTIVE_BUDGET_FIELD_NUMBER: _ClassVar[int]
-    SCOPE_FIELD_NUMBER: _ClassVar[int]
-    effective_budget: EffectiveBudget
-    scope: str
-    def __init__(self, effective_budget: _Optional[_Union[EffectiveBudget, _Mapping]] = ..., scope: _Optional[str] = ...) -> None: ...
-
-class BudgetConsumedPayload(_message.Message):
-    __slots__ = ("dimension", "consumed", "limit", "remaining")
-    DIMENSION_FIELD_NUMBER: _ClassVar[int]
-    CONSUMED_FIELD_NUMBER: _ClassVar[int]
-    LIMIT_FIELD_NUMBER: _ClassVar[int]
-    REMAINING_FIELD_NUMBER: _ClassVar[int]
-    dimension: Dimension
-    consumed: int
-    limit: int
-    remaining: int
-    def __init__(self, dimension: _Optional[_Union[Dimension, str]] = ..., consumed: _Optional[int] = ..., limit: _Optional[int] = ..., remaining: _Optional[int] = ...) -> None: ...
-
-class BudgetThresholdCrossedPayload(_message.Message):
-    __slots__ = ("dimension", "consumed", "limit", "percent")
-    DIMENSION_FIELD_NUMBER: _ClassVar[int]
-    CONSUMED_FIELD_NUMBER: _ClassVar[int]
-    LIMIT_FIELD_NUMBER: _ClassVar[int]
-    PERCENT_FIELD_NUMBER: _ClassVar[int]
-    dimension: Dimension
-    consumed: int
-    limit: int
-    percent: int
-    def __init__(self, dimension: _Optional[_Union[Dimension, str]] = ..., consumed: _Optional[int] = ..., limit: _Optional[int] = ..., percent: _Optional[int] = ...) -> None: ...
-
-class BudgetExhaustedPayload(_message.Message):
-    __slots__ = ("dimension", "consumed", "limit")
-    DIMENSION_FIELD_NUMBER: _ClassVar[int]
-    CONSUMED_FIELD_NUMBER: _ClassVar[int]
-    LIMIT_FIELD_NUMBER: _ClassVar[int]
-    dimension: Dimension
-    consumed: int
-    limit: int
-    def __init__(self, dimension: _Optional[_Union[Dimension, str]] = ..., consumed: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
-
-class CapBreachedPayload(_message.Message):
-    __slots__ = ("kind", "dimension", "limit", "observed")
-    KIND_FIELD_NUMBER: _ClassVar[int]
-    DIMENSION_FIELD_NUMBER: _ClassVar[int]
-    LIMIT_FIELD_NUMBER: _ClassVar[int]
-    OBSERVED_FIELD_NUMBER: _ClassVar[int]
-    kind: str
-    dimension: Dimension
-    limit: int
-    observed: int
-    def __init__(self, kind: _Optional[str] = ..., dimension: _Optional[_Union[Dimension, str]] = ..., limit: _Optional[int] = ..., observed: _Optional[int] = ...) -> None: ...
-
-class RunFailedPayload(_message.Message):
-    __slots__ = ("code", "message")
-    CODE_FIELD_NUMBER: _ClassVar[int]
-    MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    code: str
-    message: str
-    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
-
-class RunEvent(_message.Message):
-    __slots__ = ("run_id", "seq", "type", "created_at", "payload_json", "budget_reserved", "budget_consumed", "budget_threshold_crossed", "budget_exhausted", "cap_breached", "run_failed")
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    SEQ_FIELD_NUMBER: _ClassVar[int]
-    TYPE_FIELD_NUMBER: _ClassVar[int]
-    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
-    PAYLOAD_JSON_FIELD_NUMBER: _ClassVar[int]
-    BUDGET_RESERVED_FIELD_NUMBER: _ClassVar[int]
-    BUDGET_CONSUMED_FIELD_NUMBER: _ClassVar[int]
-    BUDGET_THRESHOLD_CROSSED_FIELD_NUMBER: _ClassVar[int]
-    BUDGET_EXHAUSTED_FIELD_NUMBER: _ClassVar[int]
-    CAP_BREACHED_FIELD_NUMBER: _ClassVar[int]
-    RUN_FAILED_FIELD_NUMBER: _ClassVar[int]
-    run_id: str
-    seq: int
-    type: str
-    created_at: _timestamp_pb2.Timestamp
-    payload_json: str
-    budget_reserved: BudgetReservedPayload
-    budget_consumed: BudgetConsumedPayload
-    budget_threshold_crossed: BudgetThresholdCrossedPayload
-    budget_exhausted: BudgetExhaustedPayload
-    cap_breached: CapBreachedPayload
-    run_failed: RunFailedPayload
-    def __init__(self, run_id: _Optional[str] = ..., seq: _Optional[int] = ..., type: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., payload_json: _Optional[str] = ..., budget_reserved: _Optional[_Union[BudgetReservedPayload, _Mapping]] = ..., budget_consumed: _Optional[_Union[BudgetConsumedPayload, _Mapping]] = ..., budget_threshold_crossed: _Optional[_Union[BudgetThresholdCrossedPayload, _Mapping]] = ..., budget_exhausted: _Optional[_Union[BudgetExhaustedPayload, _Mapping]] = ..., cap_breached: _Optional[_Union[CapBreachedPayload, _Mapping]] = ..., run_failed: _Optional[_Union[RunFailedPayload, _Mapping]] = ...) -> None: ...
-
-class OpenRunRequest(_message.Message):
-    __slots__ = ("request_id", "run_id", "project_id", "workflow_id", "agent_id", "policy")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
-    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
-    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
-    POLICY_FIELD_NUMBER: _ClassVar[int]
-    request_id: str
-    run_id: str
-    project_id: str
-    workflow_id: str
-    agent_id: str
-    policy: BudgetPolicy
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., policy: _Optional[_Union[BudgetPolicy, _Mapping]] = ...) -> None: ...
-
-class OpenRunResponse(_message.Message):
-    __slots__ = ("run",)
-    RUN_FIELD_NUMBER: _ClassVar[int]
-    run: Run
-    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
-
-class GetRunRequest(_message.Message):
-    __slots__ = ("run_id",)
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    run_id: str
-    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
-
-class GetRunResponse(_message.Message):
-    __slots__ = ("run",)
-    RUN_FIELD_NUMBER: _ClassVar[int]
-    run: Run
-    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
-
-class CloseRunRequest(_message.Message):
-    __slots__ = ("request_id", "run_id", "outcome")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    OUTCOME_FIELD_NUMBER: _ClassVar[int]
-    request_id: str
-    run_id: str
-    outcome: RunOutcome
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., outcome: _Optional[_Union[RunOutcome, str]] = ...) -> None: ...
-
-class CloseRunResponse(_message.Message):
-    __slots__ = ("run", "released_holds")
-    RUN_FIELD_NUMBER: _ClassVar[int]
-    RELEASED_HOLDS_FIELD_NUMBER: _ClassVar[int]
-    run: Run
-    released_holds: int
-    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ..., released_holds: _Optional[int] = ...) -> None: ...
-
-class ResumeRunRequest(_message.Message):
-    __slots__ = ("request_id", "run_id", "delta", "approver")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    DELTA_FIELD_NUMBER: _ClassVar[int]
-    APPROVER_FIELD_NUMBER: _ClassVar[int]
-    request_id: str
-    run_id: str
-    delta: Amounts
-    approver: str
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., delta: _Optional[_Union[Amounts, _Mapping]] = ..., approver: _Optional[str] = ...) -> None: ...
-
-class ResumeRunResponse(_message.Message):
-    __slots__ = ("run",)
-    RUN_FIELD_NUMBER: _ClassVar[int]
-    run: Run
-    def __init__(self, run: _Optional[_Union[Run, _Mapping]] = ...) -> None: ...
-
-class ReserveRequest(_message.Message):
-    __slots__ = ("request_id", "run_id", "model", "estimate", "ttl_seconds", "mode")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    MODEL_FIELD_NUMBER: _ClassVar[int]
-    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
-    TTL_SECONDS_FIELD_NUMBER: _ClassVar[int]
-    MODE_FIELD_NUMBER: _ClassVar[int]
-    request_id: str
-    run_id: str
-    model: str
-    estimate: Amounts
-    ttl_seconds: int
-    mode: ReserveMode
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., model: _Optional[str] = ..., estimate: _Optional[_Union[Amounts, _Mapping]] = ..., ttl_seconds: _Optional[int] = ..., mode: _Optional[_Union[ReserveMode, str]] = ...) -> None: ...
-
-class ReserveResponse(_message.Message):
-    __slots__ = ("reservation", "dimensions", "advisory_refusal_reason")
-    RESERVATION_FIELD_NUMBER: _ClassVar[int]
-    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
-    ADVISORY_REFUSAL_REASON_FIELD_NUMBER: _ClassVar[int]
-    reservation: Reservation
-    dimensions: _containers.RepeatedCompositeFieldContainer[DimensionStatus]
-    advisory_refusal_reason: str
-    def __init__(self, reservation: _Optional[_Union[Reservation, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., advisory_refusal_reason: _Optional[str] = ...) -> None: ...
-
-class ConsumeRequest(_message.Message):
-    __slots__ = ("request_id", "run_id", "reservation_id", "model", "usage")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
-    MODEL_FIELD_NUMBER: _ClassVar[int]
-    USAGE_FIELD_NUMBER: _ClassVar[int]
-    request_id: str
-    run_id: str
-    reservation_id: str
-    model: str
-    usage: Amounts
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., reservation_id: _Optional[str] = ..., model: _Optional[str] = ..., usage: _Optional[_Union[Amounts, _Mapping]] = ...) -> None: ...
-
-class ConsumeResponse(_message.Message):
-    __slots__ = ("overrun", "dimensions", "state", "reservation_state")
-    OVERRUN_FIELD_NUMBER: _ClassVar[int]
-    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
-    STATE_FIELD_NUMBER: _ClassVar[int]
-    RESERVATION_STATE_FIELD_NUMBER: _ClassVar[int]
-    overrun: Amounts
-    dimensions: _containers.RepeatedCompositeFieldContainer[DimensionStatus]
-    state: RunState
-    reservation_state: ReservationState
-    def __init__(self, overrun: _Optional[_Union[Amounts, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., state: _Optional[_Union[RunState, str]] = ..., reservation_state: _Optional[_Union[ReservationState, str]] = ...) -> None: ...
-
-class ReleaseRequest(_message.Message):
-    __slots__ = ("request_id", "run_id", "reservation_id")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    RESERVATION_ID_FIELD_NUMBER: _ClassVar[int]
-    request_id: str
-    run_id: str
-    reservation_id: str
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., reservation_id: _Optional[str] = ...) -> None: ...
-
-class ReleaseResponse(_message.Message):
-    __slots__ = ("reservation",)
-    RESERVATION_FIELD_NUMBER: _ClassVar[int]
-    reservation: Reservation
-    def __init__(self, reservation: _Optional[_Union[Reservation, _Mapping]] = ...) -> None: ...
-
-class CheckRequest(_message.Message):
-    __slots__ = ("run_id", "estimate", "model")
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    ESTIMATE_FIELD_NUMBER: _ClassVar[int]
-    MODEL_FIELD_NUMBER: _ClassVar[int]
-    run_id: str
-    estimate: Amounts
-    model: str
-    def __init__(self, run_id: _Optional[str] = ..., estimate: _Optional[_Union[Amounts, _Mapping]] = ..., model: _Optional[str] = ...) -> None: ...
-
-class CheckResponse(_message.Message):
-    __slots__ = ("would_grant", "refusal_reason", "state", "dimensions", "model_verdict", "advisory_refusal_reason")
-    WOULD_GRANT_FIELD_NUMBER: _ClassVar[int]
-    REFUSAL_REASON_FIELD_NUMBER: _ClassVar[int]
-    STATE_FIELD_NUMBER: _ClassVar[int]
-    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
-    MODEL_VERDICT_FIELD_NUMBER: _ClassVar[int]
-    ADVISORY_REFUSAL_REASON_FIELD_NUMBER: _ClassVar[int]
-    would_grant: bool
-    refusal_reason: str
-    state: RunState
-    dimensions: _containers.RepeatedCompositeFieldContainer[DimensionStatus]
-    model_verdict: ModelVerdict
-    advisory_refusal_reason: str
-    def __init__(self, would_grant: _Optional[bool] = ..., refusal_reason: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., model_verdict: _Optional[_Union[ModelVerdict, _Mapping]] = ..., advisory_refusal_reason: _Optional[str] = ...) -> None: ...
-
-class ListRunEventsRequest(_message.Message):
-    __slots__ = ("run_id", "after_seq", "page_size", "page_token")
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
-    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
-    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    run_id: str
-    after_seq: int
-    page_size: int
-    page_token: str
-    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
-
-class ListRunEventsResponse(_message.Message):
-    __slots__ = ("events", "next_page_token")
-    EVENTS_FIELD_NUMBER: _ClassVar[int]
-    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
-    events: _containers.RepeatedCompositeFieldContainer[RunEvent]
-    next_page_token: str
-    def __init__(self, events: _Optional[_Iterable[_Union[RunEvent, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
-
-class WatchRunEventsRequest(_message.Message):
-    __slots__ = ("run_id", "after_seq")
-    RUN_ID_FIELD_NUMBER: _ClassVar[int]
-    AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
-    run_id: str
-    after_seq: int
-    def __init__(self, run_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
-
-class WatchRunEventsResponse(_message.Message):
-    __slots__ = ("event",)
-    EVENT_FIELD_NUMBER: _ClassVar[int]
-    event: RunEvent
-    def __init__(self, event: _Optional[_Union[RunEvent, _Mapping]] = ...) -> None: ...
-
-class PutScopeBudgetRequest(_message.Message):
-    __slots__ = ("request_id", "budget")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    BUDGET_FIELD_NUMBER: _ClassVar[int]
-    request_id: str
-    budget: ScopeBudget
-    def __init__(self, request_id: _Optional[str] = ..., budget: _Optional[_Union[ScopeBudget, _Mapping]] = ...) -> None: ...
-
-class PutScopeBudgetResponse(_message.Message):
-    __slots__ = ("budget",)
-    BUDGET_FIELD_NUMBER: _ClassVar[int]
-    budget: ScopeBudget
-    def __init__(self, budget: _Optional[_Union[ScopeBudget, _Mapping]] = ...) -> None: ...
-
-class GetScopeBudgetRequest(_message.Message):
-    __slots__ = ("scope", "scope_id", "kind")
-    SCOPE_FIELD_NUMBER: _ClassVar[int]
-    SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
-    KIND_FIELD_NUMBER: _ClassVar[int]
-    scope: Scope
-    scope_id: str
-    kind: ScopeBudgetKind
-    def __init__(self, scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ..., kind: _Optional[_Union[ScopeBudgetKind, str]] = ...) -> None: ...
-
-class GetScopeBudgetResponse(_message.Message):
-    __slots__ = ("budget", "balance")
-    BUDGET_FIELD_NUMBER: _ClassVar[int]
-    BALANCE_FIELD_NUMBER: _ClassVar[int]
-    budget: ScopeBudget
-    balance: PoolBalance
-    def __init__(self, budget: _Optional[_Union[ScopeBudget, _Mapping]] = ..., balance: _Optional[_Union[PoolBalance, _Mapping]] = ...) -> None: ...
-
-class DeleteScopeBudgetRequest(_message.Message):
-    __slots__ = ("request_id", "scope", "scope_id", "kind")
-    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
-    SCOPE_FIELD_NUMBER: _ClassVar[int]
-    SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
-    KIND_FIELD_NUMBER: _ClassVar[int]
-    request_id: str
-    scope: Scope
-    scope_id: str
-    kind: ScopeBudgetKind
-    def __init__(self, request_id: _Optional[str] = ..., scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ..., kind: _Optional[_Union[ScopeBudgetKind, str]] = ...) -> None: ...
-
-class DeleteScopeBudgetResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class GetCapabilitiesRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
-
-class BudgetCapability(_message.Message):
-    __slots__ = ("supported", "dimensions", "enforce", "scopes")
-    SUPPORTED_FIELD_NUMBER: _ClassVar[int]
-    DIMENSIONS_FIELD_NUMBER: _ClassVar[int]
-    ENFORCE_FIELD_NUMBER: _ClassVar[int]
-    SCOPES_FIELD_NUMBER: _ClassVar[int]
-    supported: bool
-    dimensions: _containers.RepeatedScalarFieldContainer[str]
-    enforce: str
-    scopes: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, supported: _Optional[bool] = ..., dimensions: _Optional[_Iterable[str]] = ..., enforce: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ...) -> None: ...
-
-class BudgetLimits(_message.Message):
-    __slots__ = ("max_budget_tokens", "max_budget_cost_nanos")
-    MAX_BUDGET_TOKENS_FIELD_NUMBER: _ClassVar[int]
-    MAX_BUDGET_COST_NANOS_FIELD_NUMBER: _ClassVar[int]
-    max_budget_tokens: int
-    max_budget_cost_nanos: int
-    def __init__(self, max_budget_tokens: _Optional[int] = ..., max_budget_cost_nanos: _Optional[int] = ...) -> None: ...
-
-class GetCapabilitiesResponse(_message.Message):
-    __slots__ = ("budget", "limits", "capabilities_json")
-    BUDGET_FIELD_NUMBER: _ClassVar[int]
-    LIMITS_FIELD_NUMBER: _ClassVar[int]
-    CAPABILITIES_JSON_FIELD_NUMBER: _ClassVar[int]
-    budget: BudgetCapability
-    limits: BudgetLimits
-    capabilities_json: str
-    def __init__(self, budget: _Optional[_Union[BudgetCapability, _Mapping]] = ..., limits: _Optional[_Union[BudgetLimits, _Mapping]] = ..., capabilities_json: _Optional[str] = ...) -> None: ...
+DIMENSION_UNSPECIFIED: _budget_messages_pb2.Dimension
+DIMENSION_TOKENS: _budget_messages_pb2.Dimension
+DIMENSION_COST: _budget_messages_pb2.Dimension
+DIMENSION_TOOL_CALLS: _budget_messages_pb2.Dimension
+DIMENSION_RETRIES: _budget_messages_pb2.Dimension
+ON_EXHAUSTION_UNSPECIFIED: _budget_messages_pb2.OnExhaustion
+ON_EXHAUSTION_FAIL: _budget_messages_pb2.OnExhaustion
+ON_EXHAUSTION_INTERRUPT: _budget_messages_pb2.OnExhaustion
+SCOPE_UNSPECIFIED: _budget_messages_pb2.Scope
+SCOPE_RUN: _budget_messages_pb2.Scope
+SCOPE_WORKFLOW: _budget_messages_pb2.Scope
+SCOPE_AGENT: _budget_messages_pb2.Scope
+SCOPE_PROJECT: _budget_messages_pb2.Scope
+SCOPE_BUDGET_KIND_UNSPECIFIED: _budget_messages_pb2.ScopeBudgetKind
+SCOPE_BUDGET_KIND_PER_RUN_CAP: _budget_messages_pb2.ScopeBudgetKind
+SCOPE_BUDGET_KIND_POOLED: _budget_messages_pb2.ScopeBudgetKind
+WINDOW_UNSPECIFIED: _budget_messages_pb2.Window
+WINDOW_NONE: _budget_messages_pb2.Window
+WINDOW_DAY: _budget_messages_pb2.Window
+WINDOW_WEEK: _budget_messages_pb2.Window
+WINDOW_MONTH: _budget_messages_pb2.Window
+ENFORCEMENT_UNSPECIFIED: _budget_messages_pb2.Enforcement
+ENFORCEMENT_HARD: _budget_messages_pb2.Enforcement
+ENFORCEMENT_ADVISORY: _budget_messages_pb2.Enforcement
+RUN_STATE_UNSPECIFIED: _budget_messages_pb2.RunState
+RUN_STATE_ACTIVE: _budget_messages_pb2.RunState
+RUN_STATE_INTERRUPTED: _budget_messages_pb2.RunState
+RUN_STATE_FAILED: _budget_messages_pb2.RunState
+RUN_STATE_CLOSED: _budget_messages_pb2.RunState
+RUN_OUTCOME_UNSPECIFIED: _budget_messages_pb2.RunOutcome
+RUN_OUTCOME_SUCCEEDED: _budget_messages_pb2.RunOutcome
+RUN_OUTCOME_FAILED: _budget_messages_pb2.RunOutcome
+RUN_OUTCOME_CANCELLED: _budget_messages_pb2.RunOutcome
+RESERVE_MODE_UNSPECIFIED: _budget_messages_pb2.ReserveMode
+RESERVE_MODE_ALL_OR_NOTHING: _budget_messages_pb2.ReserveMode
+RESERVE_MODE_UP_TO: _budget_messages_pb2.ReserveMode
+RESERVATION_STATE_UNSPECIFIED: _budget_messages_pb2.ReservationState
+RESERVATION_STATE_OPEN: _budget_messages_pb2.ReservationState
+RESERVATION_STATE_CONSUMED: _budget_messages_pb2.ReservationState
+RESERVATION_STATE_RELEASED: _budget_messages_pb2.ReservationState
+RESERVATION_STATE_EXPIRED: _budget_messages_pb2.ReservationState
+RUN_EVENT_TYPE_UNSPECIFIED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_BUDGET_RESERVED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_BUDGET_CONSUMED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_BUDGET_EXHAUSTED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_CAP_BREACHED: _budget_messages_pb2.RunEventType
+RUN_EVENT_TYPE_RUN_FAILED: _budget_messages_pb2.RunEventType

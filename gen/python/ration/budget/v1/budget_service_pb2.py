@@ -22,16 +22,17 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from ration.budget.v1 import budget_pb2 as ration_dot_budget_dot_v1_dot_budget__pb2
+from ration.budget.v1 import budget_requests_pb2 as ration_dot_budget_dot_v1_dot_budget__requests__pb2
 
+from ration.budget.v1.budget_requests_pb2 import *
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%ration/budget/v1/budget_service.proto\x12\x10ration.budget.v1\x1a\x1dration/budget/v1/budget.proto2\xf8\t\n\rBudgetService\x12N\n\x07OpenRun\x12 .ration.budget.v1.OpenRunRequest\x1a!.ration.budget.v1.OpenRunResponse\x12K\n\x06GetRun\x12\x1f.ration.budget.v1.GetRunRequest\x1a .ration.budget.v1.GetRunResponse\x12Q\n\x08\x43loseRun\x12!.ration.budget.v1.CloseRunRequest\x1a\".ration.budget.v1.CloseRunResponse\x12T\n\tResumeRun\x12\".ration.budget.v1.ResumeRunRequest\x1a#.ration.budget.v1.ResumeRunResponse\x12N\n\x07Reserve\x12 .ration.budget.v1.ReserveRequest\x1a!.ration.budget.v1.ReserveResponse\x12N\n\x07\x43onsume\x12 .ration.budget.v1.ConsumeRequest\x1a!.ration.budget.v1.ConsumeResponse\x12N\n\x07Release\x12 .ration.budget.v1.ReleaseRequest\x1a!.ration.budget.v1.ReleaseResponse\x12H\n\x05\x43heck\x12\x1e.ration.budget.v1.CheckRequest\x1a\x1f.ration.budget.v1.CheckResponse\x12`\n\rListRunEvents\x12&.ration.budget.v1.ListRunEventsRequest\x1a\'.ration.budget.v1.ListRunEventsResponse\x12\x65\n\x0eWatchRunEvents\x12\'.ration.budget.v1.WatchRunEventsRequest\x1a(.ration.budget.v1.WatchRunEventsResponse0\x01\x12\x63\n\x0ePutScopeBudget\x12\'.ration.budget.v1.PutScopeBudgetRequest\x1a(.ration.budget.v1.PutScopeBudgetResponse\x12\x63\n\x0eGetScopeBudget\x12\'.ration.budget.v1.GetScopeBudgetRequest\x1a(.ration.budget.v1.GetScopeBudgetResponse\x12l\n\x11\x44\x65leteScopeBudget\x12*.ration.budget.v1.DeleteScopeBudgetRequest\x1a+.ration.budget.v1.DeleteScopeBudgetResponse\x12\x66\n\x0fGetCapabilities\x12(.ration.budget.v1.GetCapabilitiesRequest\x1a).ration.budget.v1.GetCapabilitiesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%ration/budget/v1/budget_service.proto\x12\x10ration.budget.v1\x1a&ration/budget/v1/budget_requests.proto2\xf8\t\n\rBudgetService\x12N\n\x07OpenRun\x12 .ration.budget.v1.OpenRunRequest\x1a!.ration.budget.v1.OpenRunResponse\x12K\n\x06GetRun\x12\x1f.ration.budget.v1.GetRunRequest\x1a .ration.budget.v1.GetRunResponse\x12Q\n\x08\x43loseRun\x12!.ration.budget.v1.CloseRunRequest\x1a\".ration.budget.v1.CloseRunResponse\x12T\n\tResumeRun\x12\".ration.budget.v1.ResumeRunRequest\x1a#.ration.budget.v1.ResumeRunResponse\x12N\n\x07Reserve\x12 .ration.budget.v1.ReserveRequest\x1a!.ration.budget.v1.ReserveResponse\x12N\n\x07\x43onsume\x12 .ration.budget.v1.ConsumeRequest\x1a!.ration.budget.v1.ConsumeResponse\x12N\n\x07Release\x12 .ration.budget.v1.ReleaseRequest\x1a!.ration.budget.v1.ReleaseResponse\x12H\n\x05\x43heck\x12\x1e.ration.budget.v1.CheckRequest\x1a\x1f.ration.budget.v1.CheckResponse\x12`\n\rListRunEvents\x12&.ration.budget.v1.ListRunEventsRequest\x1a\'.ration.budget.v1.ListRunEventsResponse\x12\x65\n\x0eWatchRunEvents\x12\'.ration.budget.v1.WatchRunEventsRequest\x1a(.ration.budget.v1.WatchRunEventsResponse0\x01\x12\x63\n\x0ePutScopeBudget\x12\'.ration.budget.v1.PutScopeBudgetRequest\x1a(.ration.budget.v1.PutScopeBudgetResponse\x12\x63\n\x0eGetScopeBudget\x12\'.ration.budget.v1.GetScopeBudgetRequest\x1a(.ration.budget.v1.GetScopeBudgetResponse\x12l\n\x11\x44\x65leteScopeBudget\x12*.ration.budget.v1.DeleteScopeBudgetRequest\x1a+.ration.budget.v1.DeleteScopeBudgetResponse\x12\x66\n\x0fGetCapabilities\x12(.ration.budget.v1.GetCapabilitiesRequest\x1a).ration.budget.v1.GetCapabilitiesResponseP\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ration.budget.v1.budget_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BUDGETSERVICE']._serialized_start=91
-  _globals['_BUDGETSERVICE']._serialized_end=1363
+  _globals['_BUDGETSERVICE']._serialized_start=100
+  _globals['_BUDGETSERVICE']._serialized_end=1372
 # @@protoc_insertion_point(module_scope)

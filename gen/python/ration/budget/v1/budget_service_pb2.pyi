@@ -1,5 +1,35 @@
-from ration.budget.v1 import budget_pb2 as _budget_pb2
+from ration.budget.v1 import budget_requests_pb2 as _budget_requests_pb2
 from google.protobuf import descriptor as _descriptor
 from typing import ClassVar as _ClassVar
+from ration.budget.v1.budget_requests_pb2 import OpenRunRequest as OpenRunRequest
+from ration.budget.v1.budget_requests_pb2 import OpenRunResponse as OpenRunResponse
+from ration.budget.v1.budget_requests_pb2 import GetRunRequest as GetRunRequest
+from ration.budget.v1.budget_requests_pb2 import GetRunResponse as GetRunResponse
+from ration.budget.v1.budget_requests_pb2 import CloseRunRequest as CloseRunRequest
+from ration.budget.v1.budget_requests_pb2 import CloseRunResponse as CloseRunResponse
+from ration.budget.v1.budget_requests_pb2 import ResumeRunRequest as ResumeRunRequest
+from ration.budget.v1.budget_requests_pb2 import ResumeRunResponse as ResumeRunResponse
+from ration.budget.v1.budget_requests_pb2 import ReserveRequest as ReserveRequest
+from ration.budget.v1.budget_requests_pb2 import ReserveResponse as ReserveResponse
+from ration.budget.v1.budget_requests_pb2 import ConsumeRequest as ConsumeRequest
+from ration.budget.v1.budget_requests_pb2 import ConsumeResponse as ConsumeResponse
+from ration.budget.v1.budget_requests_pb2 import ReleaseRequest as ReleaseRequest
+from ration.budget.v1.budget_requests_pb2 import ReleaseResponse as ReleaseResponse
+from ration.budget.v1.budget_requests_pb2 import CheckRequest as CheckRequest
+from ration.budget.v1.budget_requests_pb2 import CheckResponse as CheckResponse
+from ration.budget.v1.budget_requests_pb2 import ListRunEventsRequest as ListRunEventsRequest
+from ration.budget.v1.budget_requests_pb2 import ListRunEventsResponse as ListRunEventsResponse
+from ration.budget.v1.budget_requests_pb2 import WatchRunEventsRequest as WatchRunEventsRequest
+from ration.budget.v1.budget_requests_pb2 import WatchRunEventsResponse as WatchRunEventsResponse
+from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetRequest as PutScopeBudgetRequest
+from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetResponse as PutScopeBudgetResponse
+from ration.budget.v1.budget_requests_pb2 import GetScopeBudgetRequest as GetScopeBudgetRequest
+from ration.budget.v1.budget_requests_pb2 import GetScopeBudgetResponse as GetScopeBudgetResponse
+from ration.budget.v1.budget_requests_pb2 import DeleteScopeBudgetRequest as DeleteScopeBudgetRequest
+from ration.budget.v1.budget_requests_pb2 import DeleteScopeBudgetResponse as DeleteScopeBudgetResponse
+from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesRequest as GetCapabilitiesRequest
+from ration.budget.v1.budget_requests_pb2 import BudgetCapability as BudgetCapability
+from ration.budget.v1.budget_requests_pb2 import BudgetLimits as BudgetLimits
+from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesResponse as GetCapabilitiesResponse
 
 DESCRIPTOR: _descriptor.FileDescriptor

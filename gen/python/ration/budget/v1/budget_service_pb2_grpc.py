@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from ration.budget.v1 import budget_pb2 as ration_dot_budget_dot_v1_dot_budget__pb2
+from ration.budget.v1 import budget_requests_pb2 as ration_dot_budget_dot_v1_dot_budget__requests__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -26,7 +26,9 @@ if _version_not_supported:
 
 
 class BudgetServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Per-run LLM budgets: open a run, hold estimates before calls, record what was billed, and
+    read or stream the run's events. The file header lists every error reason.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -36,78 +38,80 @@ class BudgetServiceStub:
         """
         self.OpenRun = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/OpenRun',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.OpenRunRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.OpenRunResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.OpenRunRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.OpenRunResponse.FromString,
                 _registered_method=True)
         self.GetRun = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/GetRun',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetRunRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetRunResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetRunResponse.FromString,
                 _registered_method=True)
         self.CloseRun = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/CloseRun',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.CloseRunRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.CloseRunResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CloseRunRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CloseRunResponse.FromString,
                 _registered_method=True)
         self.ResumeRun = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/ResumeRun',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ResumeRunRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ResumeRunResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ResumeRunRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ResumeRunResponse.FromString,
                 _registered_method=True)
         self.Reserve = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/Reserve',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ReserveRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ReserveResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReserveRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReserveResponse.FromString,
                 _registered_method=True)
         self.Consume = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/Consume',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ConsumeRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ConsumeResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ConsumeRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ConsumeResponse.FromString,
                 _registered_method=True)
         self.Release = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/Release',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ReleaseRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ReleaseResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReleaseRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReleaseResponse.FromString,
                 _registered_method=True)
         self.Check = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/Check',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.CheckRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.CheckResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CheckRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CheckResponse.FromString,
                 _registered_method=True)
         self.ListRunEvents = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/ListRunEvents',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ListRunEventsRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ListRunEventsResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListRunEventsRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListRunEventsResponse.FromString,
                 _registered_method=True)
         self.WatchRunEvents = channel.unary_stream(
                 '/ration.budget.v1.BudgetService/WatchRunEvents',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.WatchRunEventsRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.WatchRunEventsResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsResponse.FromString,
                 _registered_method=True)
         self.PutScopeBudget = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/PutScopeBudget',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.PutScopeBudgetRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.PutScopeBudgetResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.PutScopeBudgetRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.PutScopeBudgetResponse.FromString,
                 _registered_method=True)
         self.GetScopeBudget = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/GetScopeBudget',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetScopeBudgetRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetScopeBudgetResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetScopeBudgetRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetScopeBudgetResponse.FromString,
                 _registered_method=True)
         self.DeleteScopeBudget = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/DeleteScopeBudget',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.DeleteScopeBudgetRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.DeleteScopeBudgetResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.DeleteScopeBudgetRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.DeleteScopeBudgetResponse.FromString,
                 _registered_method=True)
         self.GetCapabilities = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/GetCapabilities',
-                request_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetCapabilitiesRequest.SerializeToString,
-                response_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetCapabilitiesResponse.FromString,
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesResponse.FromString,
                 _registered_method=True)
 
 
 class BudgetServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Per-run LLM budgets: open a run, hold estimates before calls, record what was billed, and
+    read or stream the run's events. The file header lists every error reason.
+    """
 
     def OpenRun(self, request, context):
         """Creates a run and resolves its effective budget once (run overlay min per-run scope caps,
@@ -280,73 +284,73 @@ def add_BudgetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'OpenRun': grpc.unary_unary_rpc_method_handler(
                     servicer.OpenRun,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.OpenRunRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.OpenRunResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.OpenRunRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.OpenRunResponse.SerializeToString,
             ),
             'GetRun': grpc.unary_unary_rpc_method_handler(
                     servicer.GetRun,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetRunRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetRunResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetRunRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetRunResponse.SerializeToString,
             ),
             'CloseRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseRun,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.CloseRunRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.CloseRunResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CloseRunRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CloseRunResponse.SerializeToString,
             ),
             'ResumeRun': grpc.unary_unary_rpc_method_handler(
                     servicer.ResumeRun,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ResumeRunRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ResumeRunResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ResumeRunRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ResumeRunResponse.SerializeToString,
             ),
             'Reserve': grpc.unary_unary_rpc_method_handler(
                     servicer.Reserve,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ReserveRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ReserveResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReserveRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReserveResponse.SerializeToString,
             ),
             'Consume': grpc.unary_unary_rpc_method_handler(
                     servicer.Consume,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ConsumeRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ConsumeResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ConsumeRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ConsumeResponse.SerializeToString,
             ),
             'Release': grpc.unary_unary_rpc_method_handler(
                     servicer.Release,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ReleaseRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ReleaseResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReleaseRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReleaseResponse.SerializeToString,
             ),
             'Check': grpc.unary_unary_rpc_method_handler(
                     servicer.Check,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.CheckRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.CheckResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CheckRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CheckResponse.SerializeToString,
             ),
             'ListRunEvents': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRunEvents,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.ListRunEventsRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.ListRunEventsResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListRunEventsRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListRunEventsResponse.SerializeToString,
             ),
             'WatchRunEvents': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchRunEvents,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.WatchRunEventsRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.WatchRunEventsResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsResponse.SerializeToString,
             ),
             'PutScopeBudget': grpc.unary_unary_rpc_method_handler(
                     servicer.PutScopeBudget,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.PutScopeBudgetRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.PutScopeBudgetResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.PutScopeBudgetRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.PutScopeBudgetResponse.SerializeToString,
             ),
             'GetScopeBudget': grpc.unary_unary_rpc_method_handler(
                     servicer.GetScopeBudget,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetScopeBudgetRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetScopeBudgetResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetScopeBudgetRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetScopeBudgetResponse.SerializeToString,
             ),
             'DeleteScopeBudget': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteScopeBudget,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.DeleteScopeBudgetRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.DeleteScopeBudgetResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.DeleteScopeBudgetRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.DeleteScopeBudgetResponse.SerializeToString,
             ),
             'GetCapabilities': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCapabilities,
-                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetCapabilitiesRequest.FromString,
-                    response_serializer=ration_dot_budget_dot_v1_dot_budget__pb2.GetCapabilitiesResponse.SerializeToString,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -357,7 +361,9 @@ def add_BudgetServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class BudgetService:
-    """Missing associated documentation comment in .proto file."""
+    """Per-run LLM budgets: open a run, hold estimates before calls, record what was billed, and
+    read or stream the run's events. The file header lists every error reason.
+    """
 
     @staticmethod
     def OpenRun(request,
@@ -374,8 +380,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/OpenRun',
-            ration_dot_budget_dot_v1_dot_budget__pb2.OpenRunRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.OpenRunResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.OpenRunRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.OpenRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -401,8 +407,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/GetRun',
-            ration_dot_budget_dot_v1_dot_budget__pb2.GetRunRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.GetRunResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetRunRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -428,8 +434,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/CloseRun',
-            ration_dot_budget_dot_v1_dot_budget__pb2.CloseRunRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.CloseRunResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.CloseRunRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.CloseRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -455,8 +461,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/ResumeRun',
-            ration_dot_budget_dot_v1_dot_budget__pb2.ResumeRunRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.ResumeRunResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ResumeRunRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ResumeRunResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -482,8 +488,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/Reserve',
-            ration_dot_budget_dot_v1_dot_budget__pb2.ReserveRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.ReserveResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReserveRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReserveResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -509,8 +515,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/Consume',
-            ration_dot_budget_dot_v1_dot_budget__pb2.ConsumeRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.ConsumeResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ConsumeRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ConsumeResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -536,8 +542,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/Release',
-            ration_dot_budget_dot_v1_dot_budget__pb2.ReleaseRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.ReleaseResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReleaseRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReleaseResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -563,8 +569,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/Check',
-            ration_dot_budget_dot_v1_dot_budget__pb2.CheckRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.CheckResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.CheckRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.CheckResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -590,8 +596,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/ListRunEvents',
-            ration_dot_budget_dot_v1_dot_budget__pb2.ListRunEventsRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.ListRunEventsResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListRunEventsRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListRunEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -617,8 +623,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/WatchRunEvents',
-            ration_dot_budget_dot_v1_dot_budget__pb2.WatchRunEventsRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.WatchRunEventsResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -644,8 +650,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/PutScopeBudget',
-            ration_dot_budget_dot_v1_dot_budget__pb2.PutScopeBudgetRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.PutScopeBudgetResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.PutScopeBudgetRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.PutScopeBudgetResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -671,8 +677,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/GetScopeBudget',
-            ration_dot_budget_dot_v1_dot_budget__pb2.GetScopeBudgetRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.GetScopeBudgetResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetScopeBudgetRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetScopeBudgetResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -698,8 +704,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/DeleteScopeBudget',
-            ration_dot_budget_dot_v1_dot_budget__pb2.DeleteScopeBudgetRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.DeleteScopeBudgetResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.DeleteScopeBudgetRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.DeleteScopeBudgetResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -725,8 +731,8 @@ class BudgetService:
             request,
             target,
             '/ration.budget.v1.BudgetService/GetCapabilities',
-            ration_dot_budget_dot_v1_dot_budget__pb2.GetCapabilitiesRequest.SerializeToString,
-            ration_dot_budget_dot_v1_dot_budget__pb2.GetCapabilitiesResponse.FromString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,64 +22,15 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
+from ration.memory.v1 import memory_messages_pb2 as ration_dot_memory_dot_v1_dot_memory__messages__pb2
 
+from ration.memory.v1.memory_messages_pb2 import *
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dration/memory/v1/memory.proto\x12\x10ration.memory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"*\n\x06Secret\x12\x11\n\tsecret_id\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"\xea\x01\n\nEntryInput\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\t\x12\x0c\n\x04tags\x18\x04 \x03(\t\x12<\n\x08metadata\x18\x05 \x03(\x0b\x32*.ration.memory.v1.EntryInput.MetadataEntry\x12.\n\nexpires_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"D\n\nEntrySizes\x12\x12\n\no200k_base\x18\x01 \x01(\x03\x12\x13\n\x0b\x63l100k_base\x18\x02 \x01(\x03\x12\r\n\x05\x63hars\x18\x03 \x01(\x03\"\xc6\x03\n\x0c\x45ntryVersion\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12\x18\n\x10\x65ntry_version_id\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\x12\x1b\n\x13previous_version_id\x18\x04 \x01(\t\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x06 \x01(\t\x12\x0c\n\x04tags\x18\x07 \x03(\t\x12>\n\x08metadata\x18\x08 \x03(\x0b\x32,.ration.memory.v1.EntryVersion.MetadataEntry\x12\x14\n\x0c\x63ontent_hash\x18\t \x01(\t\x12\x1b\n\x13\x63reated_in_revision\x18\n \x01(\x03\x12.\n\ncreated_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x05sizes\x18\r \x01(\x0b\x32\x1c.ration.memory.v1.EntrySizes\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xa0\x01\n\x06\x43hange\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12&\n\x02op\x18\x02 \x01(\x0e\x32\x1a.ration.memory.v1.ChangeOp\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\t\x12\x1d\n\x15\x66rom_entry_version_id\x18\x04 \x01(\t\x12\x1b\n\x13to_entry_version_id\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\"-\n\x0eRedactionCount\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\"f\n\x0e\x43\x61pacityBudget\x12\x1a\n\x12max_active_entries\x18\x01 \x01(\x03\x12\x1c\n\x14max_manifest_entries\x18\x02 \x01(\x03\x12\x1a\n\x12max_manifest_bytes\x18\x03 \x01(\x03\"\xf8\x01\n\x08\x43\x61pacity\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12\x1a\n\x12\x61\x63tive_entry_count\x18\x02 \x01(\x03\x12\x1c\n\x14manifest_entry_count\x18\x03 \x01(\x03\x12\x16\n\x0emanifest_bytes\x18\x04 \x01(\x03\x12\x1f\n\x17\x63ompactable_entry_count\x18\x05 \x01(\x03\x12\x30\n\x06\x62udget\x18\x06 \x01(\x0b\x32 .ration.memory.v1.CapacityBudget\x12\x35\n\x08\x65xceeded\x18\x07 \x03(\x0e\x32#.ration.memory.v1.CapacityDimension\"\xc7\x01\n\x08Revision\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12.\n\ncreated_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\toperation\x18\x03 \x01(\t\x12\x14\n\x0c\x63hange_count\x18\x04 \x01(\x03\x12\x1a\n\x12\x61\x63tive_entry_count\x18\x05 \x01(\x03\x12\x1c\n\x14manifest_entry_count\x18\x06 \x01(\x03\x12\x16\n\x0emanifest_bytes\x18\x07 \x01(\x03\"x\n\x0bWriteResult\x12\x10\n\x08revision\x18\x01 \x01(\x03\x12)\n\x07\x63hanges\x18\x02 \x03(\x0b\x32\x18.ration.memory.v1.Change\x12,\n\x08\x63\x61pacity\x18\x03 \x01(\x0b\x32\x1a.ration.memory.v1.Capacity\"\x92\x02\n\nMemoryItem\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12\x18\n\x10\x65ntry_version_id\x18\x02 \x01(\t\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x04 \x01(\t\x12\x0c\n\x04tags\x18\x05 \x03(\t\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0c\n\x04size\x18\x07 \x01(\x03\x12<\n\x08metadata\x18\x08 \x03(\x0b\x32*.ration.memory.v1.MemoryItem.MetadataEntry\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*\x83\x01\n\x0cTokenCounter\x12\x1d\n\x19TOKEN_COUNTER_UNSPECIFIED\x10\x00\x12\x1c\n\x18TOKEN_COUNTER_O200K_BASE\x10\x01\x12\x1d\n\x19TOKEN_COUNTER_CL100K_BASE\x10\x02\x12\x17\n\x13TOKEN_COUNTER_CHARS\x10\x03*B\n\x04Rank\x12\x14\n\x10RANK_UNSPECIFIED\x10\x00\x12\x10\n\x0cRANK_RECENCY\x10\x01\x12\x12\n\x0eRANK_RELEVANCE\x10\x02*~\n\tStoppedBy\x12\x1a\n\x16STOPPED_BY_UNSPECIFIED\x10\x00\x12\x13\n\x0fSTOPPED_BY_NONE\x10\x01\x12\x15\n\x11STOPPED_BY_BUDGET\x10\x02\x12\x14\n\x10STOPPED_BY_LIMIT\x10\x03\x12\x13\n\x0fSTOPPED_BY_SIZE\x10\x04*[\n\nEntryState\x12\x1b\n\x17\x45NTRY_STATE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x45NTRY_STATE_ACTIVE\x10\x01\x12\x18\n\x14\x45NTRY_STATE_INACTIVE\x10\x02*\x99\x01\n\x08\x43hangeOp\x12\x19\n\x15\x43HANGE_OP_UNSPECIFIED\x10\x00\x12\x11\n\rCHANGE_OP_ADD\x10\x01\x12\x14\n\x10\x43HANGE_OP_REVISE\x10\x02\x12\x18\n\x14\x43HANGE_OP_DEACTIVATE\x10\x03\x12\x18\n\x14\x43HANGE_OP_REACTIVATE\x10\x04\x12\x15\n\x11\x43HANGE_OP_COMPACT\x10\x05*\xae\x01\n\x11\x43\x61pacityDimension\x12\"\n\x1e\x43\x41PACITY_DIMENSION_UNSPECIFIED\x10\x00\x12%\n!CAPACITY_DIMENSION_MANIFEST_BYTES\x10\x01\x12\'\n#CAPACITY_DIMENSION_MANIFEST_ENTRIES\x10\x02\x12%\n!CAPACITY_DIMENSION_ACTIVE_ENTRIES\x10\x03*G\n\x0cOrganizeMode\x12\x1d\n\x19ORGANIZE_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14ORGANIZE_MODE_DEDUPE\x10\x01*[\n\nSearchMode\x12\x1b\n\x17SEARCH_MODE_UNSPECIFIED\x10\x00\x12\x18\n\x14SEARCH_MODE_SEMANTIC\x10\x01\x12\x16\n\x12SEARCH_MODE_FILTER\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1dration/memory/v1/memory.proto\x12\x10ration.memory.v1\x1a&ration/memory/v1/memory_messages.protoP\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ration.memory.v1.memory_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ENTRYINPUT_METADATAENTRY']._loaded_options = None
-  _globals['_ENTRYINPUT_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_ENTRYVERSION_METADATAENTRY']._loaded_options = None
-  _globals['_ENTRYVERSION_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_MEMORYITEM_METADATAENTRY']._loaded_options = None
-  _globals['_MEMORYITEM_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_TOKENCOUNTER']._serialized_start=2059
-  _globals['_TOKENCOUNTER']._serialized_end=2190
-  _globals['_RANK']._serialized_start=2192
-  _globals['_RANK']._serialized_end=2258
-  _globals['_STOPPEDBY']._serialized_start=2260
-  _globals['_STOPPEDBY']._serialized_end=2386
-  _globals['_ENTRYSTATE']._serialized_start=2388
-  _globals['_ENTRYSTATE']._serialized_end=2479
-  _globals['_CHANGEOP']._serialized_start=2482
-  _globals['_CHANGEOP']._serialized_end=2635
-  _globals['_CAPACITYDIMENSION']._serialized_start=2638
-  _globals['_CAPACITYDIMENSION']._serialized_end=2812
-  _globals['_ORGANIZEMODE']._serialized_start=2814
-  _globals['_ORGANIZEMODE']._serialized_end=2885
-  _globals['_SEARCHMODE']._serialized_start=2887
-  _globals['_SEARCHMODE']._serialized_end=2978
-  _globals['_SECRET']._serialized_start=84
-  _globals['_SECRET']._serialized_end=126
-  _globals['_ENTRYINPUT']._serialized_start=129
-  _globals['_ENTRYINPUT']._serialized_end=363
-  _globals['_ENTRYINPUT_METADATAENTRY']._serialized_start=316
-  _globals['_ENTRYINPUT_METADATAENTRY']._serialized_end=363
-  _globals['_ENTRYSIZES']._serialized_start=365
-  _globals['_ENTRYSIZES']._serialized_end=433
-  _globals['_ENTRYVERSION']._serialized_start=436
-  _globals['_ENTRYVERSION']._serialized_end=890
-  _globals['_ENTRYVERSION_METADATAENTRY']._serialized_start=316
-  _globals['_ENTRYVERSION_METADATAENTRY']._serialized_end=363
-  _globals['_CHANGE']._serialized_start=893
-  _globals['_CHANGE']._serialized_end=1053
-  _globals['_REDACTIONCOUNT']._serialized_start=1055
-  _globals['_REDACTIONCOUNT']._serialized_end=1100
-  _globals['_CAPACITYBUDGET']._serialized_start=1102
-  _globals['_CAPACITYBUDGET']._serialized_end=1204
-  _globals['_CAPACITY']._serialized_start=1207
-  _globals['_CAPACITY']._serialized_end=1455
-  _globals['_REVISION']._serialized_start=1458
-  _globals['_REVISION']._serialized_end=1657
-  _globals['_WRITERESULT']._serialized_start=1659
-  _globals['_WRITERESULT']._serialized_end=1779
-  _globals['_MEMORYITEM']._serialized_start=1782
-  _globals['_MEMORYITEM']._serialized_end=2056
-  _globals['_MEMORYITEM_METADATAENTRY']._serialized_start=316
-  _globals['_MEMORYITEM_METADATAENTRY']._serialized_end=363
 # @@protoc_insertion_point(module_scope)

@@ -22,80 +22,19 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
-from ration.memory.v1 import memory_pb2 as ration_dot_memory_dot_v1_dot_memory__pb2
+from ration.memory.v1 import memory_requests_pb2 as ration_dot_memory_dot_v1_dot_memory__requests__pb2
 
+from ration.memory.v1.memory_requests_pb2 import *
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%ration/memory/v1/memory_service.proto\x12\x10ration.memory.v1\x1a\x1dration/memory/v1/memory.proto\"\xce\x01\n\x14\x41ppendEntriesRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmemory_ref\x18\x02 \x01(\t\x12-\n\x07\x65ntries\x18\x03 \x03(\x0b\x32\x1c.ration.memory.v1.EntryInput\x12\x1e\n\x11\x65xpected_revision\x18\x04 \x01(\x03H\x00\x88\x01\x01\x12)\n\x07secrets\x18\x05 \x03(\x0b\x32\x18.ration.memory.v1.SecretB\x14\n\x12_expected_revision\"\xad\x01\n\x15\x41ppendEntriesResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.ration.memory.v1.WriteResult\x12/\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1e.ration.memory.v1.EntryVersion\x12\x34\n\nredactions\x18\x03 \x03(\x0b\x32 .ration.memory.v1.RedactionCount\"\xec\x01\n\x12ReviseEntryRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmemory_ref\x18\x02 \x01(\t\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\t\x12+\n\x05\x65ntry\x18\x04 \x01(\x0b\x32\x1c.ration.memory.v1.EntryInput\x12\x1e\n\x11\x65xpected_revision\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12)\n\x07secrets\x18\x06 \x03(\x0b\x32\x18.ration.memory.v1.Secret\x12\x0e\n\x06reason\x18\x07 \x01(\tB\x14\n\x12_expected_revision\"\xa9\x01\n\x13ReviseEntryResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.ration.memory.v1.WriteResult\x12-\n\x05\x65ntry\x18\x02 \x01(\x0b\x32\x1e.ration.memory.v1.EntryVersion\x12\x34\n\nredactions\x18\x03 \x03(\x0b\x32 .ration.memory.v1.RedactionCount\"\xc2\x01\n\x14\x46orgetEntriesRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmemory_ref\x18\x02 \x01(\t\x12\x11\n\tentry_ids\x18\x03 \x03(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x1e\n\x11\x65xpected_revision\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12)\n\x07secrets\x18\x06 \x03(\x0b\x32\x18.ration.memory.v1.SecretB\x14\n\x12_expected_revision\"F\n\x15\x46orgetEntriesResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.ration.memory.v1.WriteResult\"\xc6\x01\n\x18ReactivateEntriesRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmemory_ref\x18\x02 \x01(\t\x12\x11\n\tentry_ids\x18\x03 \x03(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x1e\n\x11\x65xpected_revision\x18\x05 \x01(\x03H\x00\x88\x01\x01\x12)\n\x07secrets\x18\x06 \x03(\x0b\x32\x18.ration.memory.v1.SecretB\x14\n\x12_expected_revision\"J\n\x19ReactivateEntriesResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.ration.memory.v1.WriteResult\"\xa3\x01\n\x15OrganizeMemoryRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmemory_ref\x18\x02 \x01(\t\x12,\n\x04mode\x18\x03 \x01(\x0e\x32\x1e.ration.memory.v1.OrganizeMode\x12\x1e\n\x11\x65xpected_revision\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x14\n\x12_expected_revision\"f\n\x16OrganizeMemoryResponse\x12-\n\x06result\x18\x01 \x01(\x0b\x32\x1d.ration.memory.v1.WriteResult\x12\x1d\n\x15\x64\x65\x61\x63tivated_entry_ids\x18\x02 \x03(\t\"\xcf\x01\n\x14\x43ompactMemoryRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x12\n\nmemory_ref\x18\x02 \x01(\t\x12\x0f\n\x07\x64ry_run\x18\x03 \x01(\x08\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x1e\n\x11\x65xpected_revision\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12)\n\x07secrets\x18\x07 \x03(\x0b\x32\x18.ration.memory.v1.SecretB\x14\n\x12_expected_revision\"\x94\x01\n\x15\x43ompactMemoryResponse\x12\x0f\n\x07\x64ry_run\x18\x01 \x01(\x08\x12\x11\n\tentry_ids\x18\x02 \x03(\t\x12\x17\n\x0freclaimed_bytes\x18\x03 \x01(\x03\x12\x10\n\x08revision\x18\x04 \x01(\x03\x12,\n\x08\x63\x61pacity\x18\x05 \x01(\x0b\x32\x1a.ration.memory.v1.Capacity\"L\n\x12GetCapacityRequest\x12\x12\n\nmemory_ref\x18\x01 \x01(\t\x12\x15\n\x08revision\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x0b\n\t_revision\"C\n\x13GetCapacityResponse\x12,\n\x08\x63\x61pacity\x18\x01 \x01(\x0b\x32\x1a.ration.memory.v1.Capacity\"J\n\x14ListRevisionsRequest\x12\x12\n\nmemory_ref\x18\x01 \x01(\t\x12\r\n\x05since\x18\x02 \x01(\x03\x12\x0f\n\x07through\x18\x03 \x01(\x03\"F\n\x15ListRevisionsResponse\x12-\n\trevisions\x18\x01 \x03(\x0b\x32\x1a.ration.memory.v1.Revision\"\x7f\n\x11GetChangesRequest\x12\x12\n\nmemory_ref\x18\x01 \x01(\t\x12\x12\n\x08revision\x18\x02 \x01(\x03H\x00\x12\x0f\n\x05since\x18\x03 \x01(\x03H\x00\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\tB\n\n\x08selector\"X\n\x12GetChangesResponse\x12)\n\x07\x63hanges\x18\x01 \x03(\x0b\x32\x18.ration.memory.v1.Change\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"F\n\x16GetEntryVersionRequest\x12\x12\n\nmemory_ref\x18\x01 \x01(\t\x12\x18\n\x10\x65ntry_version_id\x18\x02 \x01(\t\"H\n\x17GetEntryVersionResponse\x12-\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1e.ration.memory.v1.EntryVersion\"k\n\x17ValidateCitationRequest\x12\x12\n\nmemory_ref\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12\x10\n\x08\x65ntry_id\x18\x03 \x01(\t\x12\x18\n\x10\x65ntry_version_id\x18\x04 \x01(\t\"V\n\x18ValidateCitationResponse\x12\r\n\x05valid\x18\x01 \x01(\x08\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.ration.memory.v1.EntryState\"\xf9\x01\n\x11ListMemoryRequest\x12\x12\n\nmemory_ref\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x0b\n\x03tag\x18\x03 \x01(\t\x12\x14\n\x0ctoken_budget\x18\x04 \x01(\x03\x12\x35\n\rtoken_counter\x18\x05 \x01(\x0e\x32\x1e.ration.memory.v1.TokenCounter\x12$\n\x04rank\x18\x06 \x01(\x0e\x32\x16.ration.memory.v1.Rank\x12\r\n\x05query\x18\x07 \x01(\t\x12\x15\n\x08revision\x18\x08 \x01(\x03H\x00\x88\x01\x01\x12\x0e\n\x06run_id\x18\t \x01(\tB\x0b\n\t_revision\"\xff\x02\n\x12ListMemoryResponse\x12-\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1c.ration.memory.v1.MemoryItem\x12\x14\n\x0ctotal_tokens\x18\x02 \x01(\x03\x12\x35\n\rtoken_counter\x18\x03 \x01(\x0e\x32\x1e.ration.memory.v1.TokenCounter\x12\x17\n\x0f\x63\x61ndidate_count\x18\x04 \x01(\x03\x12\x15\n\romitted_count\x18\x05 \x01(\x03\x12\x1e\n\x16\x66irst_omitted_entry_id\x18\x06 \x01(\t\x12\x1a\n\x12\x66irst_omitted_size\x18\x07 \x01(\x03\x12/\n\nstopped_by\x18\x08 \x01(\x0e\x32\x1b.ration.memory.v1.StoppedBy\x12\x10\n\x08revision\x18\t \x01(\x03\x12#\n\x16\x65\x66\x66\x65\x63tive_token_budget\x18\n \x01(\x03H\x00\x88\x01\x01\x42\x19\n\x17_effective_token_budget\"\xb3\x01\n\x13SearchMemoryRequest\x12\x12\n\nmemory_ref\x18\x01 \x01(\t\x12\r\n\x05query\x18\x02 \x01(\t\x12*\n\x04mode\x18\x03 \x01(\x0e\x32\x1c.ration.memory.v1.SearchMode\x12\r\n\x05limit\x18\x04 \x01(\x05\x12\x0c\n\x04tags\x18\x05 \x03(\t\x12\x0c\n\x04kind\x18\x06 \x01(\t\x12\x15\n\x08revision\x18\x07 \x01(\x03H\x00\x88\x01\x01\x42\x0b\n\t_revision\"G\n\tSearchHit\x12+\n\x05\x65ntry\x18\x01 \x01(\x0b\x32\x1c.ration.memory.v1.MemoryItem\x12\r\n\x05score\x18\x02 \x01(\x01\"\x84\x01\n\x14SearchMemoryResponse\x12)\n\x04hits\x18\x01 \x03(\x0b\x32\x1b.ration.memory.v1.SearchHit\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12/\n\nstopped_by\x18\x03 \x01(\x0e\x32\x1b.ration.memory.v1.StoppedBy\"\x18\n\x16GetCapabilitiesRequest\"4\n\x10SearchCapability\x12\x11\n\tsupported\x18\x01 \x01(\x08\x12\r\n\x05modes\x18\x02 \x03(\t\"E\n\x19InjectionBudgetCapability\x12\x11\n\tsupported\x18\x01 \x01(\x08\x12\x15\n\rtoken_counter\x18\x02 \x01(\t\"D\n\x10\x43ompactionPolicy\x12\x0f\n\x07\x65nabled\x18\x01 \x01(\x08\x12\x1f\n\x17min_tombstone_revisions\x18\x02 \x01(\x03\"\x89\x03\n\x17GetCapabilitiesResponse\x12\x11\n\tsupported\x18\x01 \x01(\x08\x12\x1c\n\x14max_entry_size_bytes\x18\x02 \x01(\x03\x12\x15\n\rttl_supported\x18\x03 \x01(\x08\x12\x32\n\x06search\x18\x04 \x01(\x0b\x32\".ration.memory.v1.SearchCapability\x12\x45\n\x10injection_budget\x18\x05 \x01(\x0b\x32+.ration.memory.v1.InjectionBudgetCapability\x12\x39\n\x0f\x63\x61pacity_budget\x18\x06 \x01(\x0b\x32 .ration.memory.v1.CapacityBudget\x12\x36\n\ncompaction\x18\x07 \x01(\x0b\x32\".ration.memory.v1.CompactionPolicy\x12\x1d\n\x15max_history_revisions\x18\x08 \x01(\x03\x12\x19\n\x11\x63\x61pabilities_json\x18\t \x01(\t2\xee\n\n\rMemoryService\x12`\n\rAppendEntries\x12&.ration.memory.v1.AppendEntriesRequest\x1a\'.ration.memory.v1.AppendEntriesResponse\x12Z\n\x0bReviseEntry\x12$.ration.memory.v1.ReviseEntryRequest\x1a%.ration.memory.v1.ReviseEntryResponse\x12`\n\rForgetEntries\x12&.ration.memory.v1.ForgetEntriesRequest\x1a\'.ration.memory.v1.ForgetEntriesResponse\x12l\n\x11ReactivateEntries\x12*.ration.memory.v1.ReactivateEntriesRequest\x1a+.ration.memory.v1.ReactivateEntriesResponse\x12\x63\n\x0eOrganizeMemory\x12\'.ration.memory.v1.OrganizeMemoryRequest\x1a(.ration.memory.v1.OrganizeMemoryResponse\x12`\n\rCompactMemory\x12&.ration.memory.v1.CompactMemoryRequest\x1a\'.ration.memory.v1.CompactMemoryResponse\x12Z\n\x0bGetCapacity\x12$.ration.memory.v1.GetCapacityRequest\x1a%.ration.memory.v1.GetCapacityResponse\x12`\n\rListRevisions\x12&.ration.memory.v1.ListRevisionsRequest\x1a\'.ration.memory.v1.ListRevisionsResponse\x12W\n\nGetChanges\x12#.ration.memory.v1.GetChangesRequest\x1a$.ration.memory.v1.GetChangesResponse\x12\x66\n\x0fGetEntryVersion\x12(.ration.memory.v1.GetEntryVersionRequest\x1a).ration.memory.v1.GetEntryVersionResponse\x12i\n\x10ValidateCitation\x12).ration.memory.v1.ValidateCitationRequest\x1a*.ration.memory.v1.ValidateCitationResponse\x12W\n\nListMemory\x12#.ration.memory.v1.ListMemoryRequest\x1a$.ration.memory.v1.ListMemoryResponse\x12]\n\x0cSearchMemory\x12%.ration.memory.v1.SearchMemoryRequest\x1a&.ration.memory.v1.SearchMemoryResponse\x12\x66\n\x0fGetCapabilities\x12(.ration.memory.v1.GetCapabilitiesRequest\x1a).ration.memory.v1.GetCapabilitiesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%ration/memory/v1/memory_service.proto\x12\x10ration.memory.v1\x1a&ration/memory/v1/memory_requests.proto2\xcf\x0b\n\rMemoryService\x12`\n\rAppendEntries\x12&.ration.memory.v1.AppendEntriesRequest\x1a\'.ration.memory.v1.AppendEntriesResponse\x12Z\n\x0bReviseEntry\x12$.ration.memory.v1.ReviseEntryRequest\x1a%.ration.memory.v1.ReviseEntryResponse\x12`\n\rForgetEntries\x12&.ration.memory.v1.ForgetEntriesRequest\x1a\'.ration.memory.v1.ForgetEntriesResponse\x12l\n\x11ReactivateEntries\x12*.ration.memory.v1.ReactivateEntriesRequest\x1a+.ration.memory.v1.ReactivateEntriesResponse\x12\x63\n\x0eOrganizeMemory\x12\'.ration.memory.v1.OrganizeMemoryRequest\x1a(.ration.memory.v1.OrganizeMemoryResponse\x12`\n\rCompactMemory\x12&.ration.memory.v1.CompactMemoryRequest\x1a\'.ration.memory.v1.CompactMemoryResponse\x12Z\n\x0bGetCapacity\x12$.ration.memory.v1.GetCapacityRequest\x1a%.ration.memory.v1.GetCapacityResponse\x12`\n\rListRevisions\x12&.ration.memory.v1.ListRevisionsRequest\x1a\'.ration.memory.v1.ListRevisionsResponse\x12Z\n\x0bListChanges\x12$.ration.memory.v1.ListChangesRequest\x1a%.ration.memory.v1.ListChangesResponse\x12\\\n\nGetChanges\x12#.ration.memory.v1.GetChangesRequest\x1a$.ration.memory.v1.GetChangesResponse\"\x03\x88\x02\x01\x12\x66\n\x0fGetEntryVersion\x12(.ration.memory.v1.GetEntryVersionRequest\x1a).ration.memory.v1.GetEntryVersionResponse\x12i\n\x10ValidateCitation\x12).ration.memory.v1.ValidateCitationRequest\x1a*.ration.memory.v1.ValidateCitationResponse\x12W\n\nListMemory\x12#.ration.memory.v1.ListMemoryRequest\x1a$.ration.memory.v1.ListMemoryResponse\x12]\n\x0cSearchMemory\x12%.ration.memory.v1.SearchMemoryRequest\x1a&.ration.memory.v1.SearchMemoryResponse\x12\x66\n\x0fGetCapabilities\x12(.ration.memory.v1.GetCapabilitiesRequest\x1a).ration.memory.v1.GetCapabilitiesResponseP\x00\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'ration.memory.v1.memory_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_APPENDENTRIESREQUEST']._serialized_start=91
-  _globals['_APPENDENTRIESREQUEST']._serialized_end=297
-  _globals['_APPENDENTRIESRESPONSE']._serialized_start=300
-  _globals['_APPENDENTRIESRESPONSE']._serialized_end=473
-  _globals['_REVISEENTRYREQUEST']._serialized_start=476
-  _globals['_REVISEENTRYREQUEST']._serialized_end=712
-  _globals['_REVISEENTRYRESPONSE']._serialized_start=715
-  _globals['_REVISEENTRYRESPONSE']._serialized_end=884
-  _globals['_FORGETENTRIESREQUEST']._serialized_start=887
-  _globals['_FORGETENTRIESREQUEST']._serialized_end=1081
-  _globals['_FORGETENTRIESRESPONSE']._serialized_start=1083
-  _globals['_FORGETENTRIESRESPONSE']._serialized_end=1153
-  _globals['_REACTIVATEENTRIESREQUEST']._serialized_start=1156
-  _globals['_REACTIVATEENTRIESREQUEST']._serialized_end=1354
-  _globals['_REACTIVATEENTRIESRESPONSE']._serialized_start=1356
-  _globals['_REACTIVATEENTRIESRESPONSE']._serialized_end=1430
-  _globals['_ORGANIZEMEMORYREQUEST']._serialized_start=1433
-  _globals['_ORGANIZEMEMORYREQUEST']._serialized_end=1596
-  _globals['_ORGANIZEMEMORYRESPONSE']._serialized_start=1598
-  _globals['_ORGANIZEMEMORYRESPONSE']._serialized_end=1700
-  _globals['_COMPACTMEMORYREQUEST']._serialized_start=1703
-  _globals['_COMPACTMEMORYREQUEST']._serialized_end=1910
-  _globals['_COMPACTMEMORYRESPONSE']._serialized_start=1913
-  _globals['_COMPACTMEMORYRESPONSE']._serialized_end=2061
-  _globals['_GETCAPACITYREQUEST']._serialized_start=2063
-  _globals['_GETCAPACITYREQUEST']._serialized_end=2139
-  _globals['_GETCAPACITYRESPONSE']._serialized_start=2141
-  _globals['_GETCAPACITYRESPONSE']._serialized_end=2208
-  _globals['_LISTREVISIONSREQUEST']._serialized_start=2210
-  _globals['_LISTREVISIONSREQUEST']._serialized_end=2284
-  _globals['_LISTREVISIONSRESPONSE']._serialized_start=2286
-  _globals['_LISTREVISIONSRESPONSE']._serialized_end=2356
-  _globals['_GETCHANGESREQUEST']._serialized_start=2358
-  _globals['_GETCHANGESREQUEST']._serialized_end=2485
-  _globals['_GETCHANGESRESPONSE']._serialized_start=2487
-  _globals['_GETCHANGESRESPONSE']._serialized_end=2575
-  _globals['_GETENTRYVERSIONREQUEST']._serialized_start=2577
-  _globals['_GETENTRYVERSIONREQUEST']._serialized_end=2647
-  _globals['_GETENTRYVERSIONRESPONSE']._serialized_start=2649
-  _globals['_GETENTRYVERSIONRESPONSE']._serialized_end=2721
-  _globals['_VALIDATECITATIONREQUEST']._serialized_start=2723
-  _globals['_VALIDATECITATIONREQUEST']._serialized_end=2830
-  _globals['_VALIDATECITATIONRESPONSE']._serialized_start=2832
-  _globals['_VALIDATECITATIONRESPONSE']._serialized_end=2918
-  _globals['_LISTMEMORYREQUEST']._serialized_start=2921
-  _globals['_LISTMEMORYREQUEST']._serialized_end=3170
-  _globals['_LISTMEMORYRESPONSE']._serialized_start=3173
-  _globals['_LISTMEMORYRESPONSE']._serialized_end=3556
-  _globals['_SEARCHMEMORYREQUEST']._serialized_start=3559
-  _globals['_SEARCHMEMORYREQUEST']._serialized_end=3738
-  _globals['_SEARCHHIT']._serialized_start=3740
-  _globals['_SEARCHHIT']._serialized_end=3811
-  _globals['_SEARCHMEMORYRESPONSE']._serialized_start=3814
-  _globals['_SEARCHMEMORYRESPONSE']._serialized_end=3946
-  _globals['_GETCAPABILITIESREQUEST']._serialized_start=3948
-  _globals['_GETCAPABILITIESREQUEST']._serialized_end=3972
-  _globals['_SEARCHCAPABILITY']._serialized_start=3974
-  _globals['_SEARCHCAPABILITY']._serialized_end=4026
-  _globals['_INJECTIONBUDGETCAPABILITY']._serialized_start=4028
-  _globals['_INJECTIONBUDGETCAPABILITY']._serialized_end=4097
-  _globals['_COMPACTIONPOLICY']._serialized_start=4099
-  _globals['_COMPACTIONPOLICY']._serialized_end=4167
-  _globals['_GETCAPABILITIESRESPONSE']._serialized_start=4170
-  _globals['_GETCAPABILITIESRESPONSE']._serialized_end=4563
-  _globals['_MEMORYSERVICE']._serialized_start=4566
-  _globals['_MEMORYSERVICE']._serialized_end=5956
+  _globals['_MEMORYSERVICE'].methods_by_name['GetChanges']._loaded_options = None
+  _globals['_MEMORYSERVICE'].methods_by_name['GetChanges']._serialized_options = b'\210\002\001'
+  _globals['_MEMORYSERVICE']._serialized_start=100
+  _globals['_MEMORYSERVICE']._serialized_end=1587
 # @@protoc_insertion_point(module_scope)

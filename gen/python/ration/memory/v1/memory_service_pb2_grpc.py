@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from ration.memory.v1 import memory_service_pb2 as ration_dot_memory_dot_v1_dot_memory__service__pb2
+from ration.memory.v1 import memory_requests_pb2 as ration_dot_memory_dot_v1_dot_memory__requests__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -38,73 +38,78 @@ class MemoryServiceStub:
         """
         self.AppendEntries = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/AppendEntries',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.AppendEntriesRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.AppendEntriesResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.AppendEntriesRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.AppendEntriesResponse.FromString,
                 _registered_method=True)
         self.ReviseEntry = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/ReviseEntry',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ReviseEntryRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ReviseEntryResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReviseEntryRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReviseEntryResponse.FromString,
                 _registered_method=True)
         self.ForgetEntries = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/ForgetEntries',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ForgetEntriesRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ForgetEntriesResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ForgetEntriesRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ForgetEntriesResponse.FromString,
                 _registered_method=True)
         self.ReactivateEntries = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/ReactivateEntries',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ReactivateEntriesRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ReactivateEntriesResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReactivateEntriesRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReactivateEntriesResponse.FromString,
                 _registered_method=True)
         self.OrganizeMemory = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/OrganizeMemory',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.OrganizeMemoryRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.OrganizeMemoryResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.OrganizeMemoryRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.OrganizeMemoryResponse.FromString,
                 _registered_method=True)
         self.CompactMemory = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/CompactMemory',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.CompactMemoryRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.CompactMemoryResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.CompactMemoryRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.CompactMemoryResponse.FromString,
                 _registered_method=True)
         self.GetCapacity = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/GetCapacity',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapacityRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapacityResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapacityRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapacityResponse.FromString,
                 _registered_method=True)
         self.ListRevisions = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/ListRevisions',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ListRevisionsRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ListRevisionsResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsResponse.FromString,
+                _registered_method=True)
+        self.ListChanges = channel.unary_unary(
+                '/ration.memory.v1.MemoryService/ListChanges',
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesResponse.FromString,
                 _registered_method=True)
         self.GetChanges = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/GetChanges',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetChangesRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetChangesResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetChangesRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetChangesResponse.FromString,
                 _registered_method=True)
         self.GetEntryVersion = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/GetEntryVersion',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetEntryVersionRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetEntryVersionResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetEntryVersionRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetEntryVersionResponse.FromString,
                 _registered_method=True)
         self.ValidateCitation = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/ValidateCitation',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ValidateCitationRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ValidateCitationResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ValidateCitationRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ValidateCitationResponse.FromString,
                 _registered_method=True)
         self.ListMemory = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/ListMemory',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListMemoryRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListMemoryResponse.FromString,
                 _registered_method=True)
         self.SearchMemory = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/SearchMemory',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.SearchMemoryRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.SearchMemoryResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.SearchMemoryRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.SearchMemoryResponse.FromString,
                 _registered_method=True)
         self.GetCapabilities = channel.unary_unary(
                 '/ration.memory.v1.MemoryService/GetCapabilities',
-                request_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapabilitiesRequest.SerializeToString,
-                response_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapabilitiesResponse.FromString,
+                request_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapabilitiesRequest.SerializeToString,
+                response_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapabilitiesResponse.FromString,
                 _registered_method=True)
 
 
@@ -195,9 +200,17 @@ class MemoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def GetChanges(self, request, context):
+    def ListChanges(self, request, context):
         """Changes of one revision, or of all revisions after `since`, ordered by (revision, entry_id)
         and paginated. No side effects. Errors: MEMORY_NOT_FOUND, REVISION_NOT_FOUND. Role: reader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetChanges(self, request, context):
+        """Deprecated: call ListChanges, which takes and returns the same fields. Served by the same
+        code, with the same errors and the same page tokens.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -286,73 +299,78 @@ def add_MemoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'AppendEntries': grpc.unary_unary_rpc_method_handler(
                     servicer.AppendEntries,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.AppendEntriesRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.AppendEntriesResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.AppendEntriesRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.AppendEntriesResponse.SerializeToString,
             ),
             'ReviseEntry': grpc.unary_unary_rpc_method_handler(
                     servicer.ReviseEntry,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ReviseEntryRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ReviseEntryResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReviseEntryRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReviseEntryResponse.SerializeToString,
             ),
             'ForgetEntries': grpc.unary_unary_rpc_method_handler(
                     servicer.ForgetEntries,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ForgetEntriesRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ForgetEntriesResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ForgetEntriesRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ForgetEntriesResponse.SerializeToString,
             ),
             'ReactivateEntries': grpc.unary_unary_rpc_method_handler(
                     servicer.ReactivateEntries,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ReactivateEntriesRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ReactivateEntriesResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReactivateEntriesRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReactivateEntriesResponse.SerializeToString,
             ),
             'OrganizeMemory': grpc.unary_unary_rpc_method_handler(
                     servicer.OrganizeMemory,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.OrganizeMemoryRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.OrganizeMemoryResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.OrganizeMemoryRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.OrganizeMemoryResponse.SerializeToString,
             ),
             'CompactMemory': grpc.unary_unary_rpc_method_handler(
                     servicer.CompactMemory,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.CompactMemoryRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.CompactMemoryResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.CompactMemoryRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.CompactMemoryResponse.SerializeToString,
             ),
             'GetCapacity': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCapacity,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapacityRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapacityResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapacityRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapacityResponse.SerializeToString,
             ),
             'ListRevisions': grpc.unary_unary_rpc_method_handler(
                     servicer.ListRevisions,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ListRevisionsRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ListRevisionsResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsResponse.SerializeToString,
+            ),
+            'ListChanges': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListChanges,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesResponse.SerializeToString,
             ),
             'GetChanges': grpc.unary_unary_rpc_method_handler(
                     servicer.GetChanges,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetChangesRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetChangesResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetChangesRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetChangesResponse.SerializeToString,
             ),
             'GetEntryVersion': grpc.unary_unary_rpc_method_handler(
                     servicer.GetEntryVersion,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetEntryVersionRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetEntryVersionResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetEntryVersionRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetEntryVersionResponse.SerializeToString,
             ),
             'ValidateCitation': grpc.unary_unary_rpc_method_handler(
                     servicer.ValidateCitation,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ValidateCitationRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ValidateCitationResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ValidateCitationRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ValidateCitationResponse.SerializeToString,
             ),
             'ListMemory': grpc.unary_unary_rpc_method_handler(
                     servicer.ListMemory,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListMemoryRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListMemoryResponse.SerializeToString,
             ),
             'SearchMemory': grpc.unary_unary_rpc_method_handler(
                     servicer.SearchMemory,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.SearchMemoryRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.SearchMemoryResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.SearchMemoryRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.SearchMemoryResponse.SerializeToString,
             ),
             'GetCapabilities': grpc.unary_unary_rpc_method_handler(
                     servicer.GetCapabilities,
-                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapabilitiesRequest.FromString,
-                    response_serializer=ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapabilitiesResponse.SerializeToString,
+                    request_deserializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapabilitiesRequest.FromString,
+                    response_serializer=ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapabilitiesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -382,8 +400,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/AppendEntries',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.AppendEntriesRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.AppendEntriesResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.AppendEntriesRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.AppendEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -409,8 +427,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/ReviseEntry',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ReviseEntryRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ReviseEntryResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReviseEntryRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReviseEntryResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -436,8 +454,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/ForgetEntries',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ForgetEntriesRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ForgetEntriesResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ForgetEntriesRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ForgetEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -463,8 +481,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/ReactivateEntries',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ReactivateEntriesRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ReactivateEntriesResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReactivateEntriesRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ReactivateEntriesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -490,8 +508,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/OrganizeMemory',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.OrganizeMemoryRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.OrganizeMemoryResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.OrganizeMemoryRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.OrganizeMemoryResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -517,8 +535,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/CompactMemory',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.CompactMemoryRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.CompactMemoryResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.CompactMemoryRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.CompactMemoryResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -544,8 +562,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/GetCapacity',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapacityRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapacityResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapacityRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapacityResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -571,8 +589,35 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/ListRevisions',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ListRevisionsRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ListRevisionsResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListRevisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListChanges(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ration.memory.v1.MemoryService/ListChanges',
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -598,8 +643,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/GetChanges',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.GetChangesRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.GetChangesResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetChangesRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetChangesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -625,8 +670,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/GetEntryVersion',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.GetEntryVersionRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.GetEntryVersionResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetEntryVersionRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetEntryVersionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -652,8 +697,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/ValidateCitation',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ValidateCitationRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ValidateCitationResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ValidateCitationRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ValidateCitationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -679,8 +724,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/ListMemory',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.ListMemoryResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListMemoryRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.ListMemoryResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -706,8 +751,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/SearchMemory',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.SearchMemoryRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.SearchMemoryResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.SearchMemoryRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.SearchMemoryResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -733,8 +778,8 @@ class MemoryService:
             request,
             target,
             '/ration.memory.v1.MemoryService/GetCapabilities',
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapabilitiesRequest.SerializeToString,
-            ration_dot_memory_dot_v1_dot_memory__service__pb2.GetCapabilitiesResponse.FromString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapabilitiesRequest.SerializeToString,
+            ration_dot_memory_dot_v1_dot_memory__requests__pb2.GetCapabilitiesResponse.FromString,
             options,
             channel_credentials,
             insecure,
