@@ -79,7 +79,6 @@ class MemoryReads:
     async def list_memory(
         self, identity: Identity, query: ListQuery, authorization: str | None = None
     ) -> ListResult:
-        identity.require("reader")
         raise_if(validate_list(query))
         relevance = query.rank is Rank.RELEVANCE
         if relevance and self._vectors is None:
@@ -143,7 +142,6 @@ class MemoryReads:
         return result
 
     async def search(self, identity: Identity, query: SearchQuery) -> SearchResult:
-        identity.require("reader")
         raise_if(validate_search(query))
         semantic = query.mode is SearchMode.SEMANTIC
         if semantic and self._vectors is None:

@@ -104,7 +104,6 @@ class MemoryQueries:
         return await for_tenant(self._db, identity.tenant).read(read)
 
     async def capacity(self, identity: Identity, query: CapacityQuery) -> CapacityReport:
-        identity.require("reader")
         if query.revision is not None and query.revision < 1:
             raise_if([FieldViolation("revision", "must be >= 1 when set")])
 
@@ -123,7 +122,6 @@ class MemoryQueries:
 
     async def revisions(self, identity: Identity, query: RevisionsQuery) -> list[RevisionInfo]:
         """(since, through] ascending; a window over the limit is refused before any load."""
-        identity.require("reader")
         since, through = query.since, query.through
         found: list[FieldViolation] = []
         if since < 0:
@@ -149,7 +147,6 @@ class MemoryQueries:
         return await self._read(identity, query.memory_ref, work)
 
     async def changes(self, identity: Identity, query: ChangesQuery) -> ChangesPage:
-        identity.require("reader")
         found: list[FieldViolation] = []
         if query.revision is not None and query.revision < 1:
             found.append(FieldViolation("revision", "must be >= 1"))
@@ -184,7 +181,6 @@ class MemoryQueries:
         return await self._read(identity, query.memory_ref, work)
 
     async def entry_version(self, identity: Identity, query: EntryVersionQuery) -> StoredVersion:
-        identity.require("reader")
 
         async def work(conn: asyncpg.Connection, key: MemoryKey, head: int) -> StoredVersion:
             version = None
@@ -198,7 +194,6 @@ class MemoryQueries:
 
     async def validate_citation(self, identity: Identity, query: CitationQuery) -> ItemState | None:
         """The cited item's state in exactly that revision; None when the citation is invalid."""
-        identity.require("reader")
         found: list[FieldViolation] = []
         if query.revision < 1:
             found.append(FieldViolation("revision", "must be >= 1"))
