@@ -35,12 +35,7 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     ) -> pb.OpenRunResponse:
         tenant = current_identity().tenant
         mutation, command = convert.open_run(request)
-        data = await self._service.open_run(
-            tenant,
-            mutation,
-            command,
-            lambda view: pb.OpenRunResponse(run=out.run(view)).SerializeToString(),
-        )
+        data = await self._service.open_run(tenant, mutation, command, out.open_run_reply)
         return pb.OpenRunResponse.FromString(data)
 
     async def GetRun(
@@ -55,14 +50,7 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     ) -> pb.CloseRunResponse:
         tenant = current_identity().tenant
         mutation, command = convert.close_run(request)
-        data = await self._service.close_run(
-            tenant,
-            mutation,
-            command,
-            lambda r: pb.CloseRunResponse(
-                run=out.run(r.view), released_holds=r.released_holds
-            ).SerializeToString(),
-        )
+        data = await self._service.close_run(tenant, mutation, command, out.close_run_reply)
         return pb.CloseRunResponse.FromString(data)
 
     async def ResumeRun(
@@ -72,10 +60,7 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         approver = current_identity()
         mutation, command = convert.resume_run(request, approver.principal)
         data = await self._service.resume_run(
-            approver.tenant,
-            mutation,
-            command,
-            lambda view: pb.ResumeRunResponse(run=out.run(view)).SerializeToString(),
+            approver.tenant, mutation, command, out.resume_run_reply
         )
         return pb.ResumeRunResponse.FromString(data)
 
@@ -114,12 +99,7 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         tenant = current_identity().tenant
         run_id, after_seq, page_size = convert.list_events(request)
         page = await self._service.list_events(tenant, run_id, after_seq, page_size)
-        token = (
-            "" if page.next_after_seq is None else convert.page_token(run_id, page.next_after_seq)
-        )
-        return pb.ListRunEventsResponse(
-            events=[out.run_event(page.run, e) for e in page.events], next_page_token=token
-        )
+        return out.list_run_events(run_id, page)
 
     async def WatchRunEvents(
         self, request: pb.WatchRunEventsRequest, context: grpc.aio.ServicerContext
@@ -137,12 +117,7 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         tenant = current_identity().tenant
         mutation, budget = convert.scope_budget(request)
         data = await self._service.put_scope_budget(
-            tenant,
-            mutation,
-            budget,
-            lambda v: pb.PutScopeBudgetResponse(
-                budget=out.scope_budget(v.stored)
-            ).SerializeToString(),
+            tenant, mutation, budget, out.put_scope_budget_reply
         )
         return pb.PutScopeBudgetResponse.FromString(data)
 
@@ -160,7 +135,7 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         mutation, key = convert.scope_key(request, mutating=True)
         assert mutation is not None
         data = await self._service.delete_scope_budget(
-            tenant, mutation, key, lambda _: pb.DeleteScopeBudgetResponse().SerializeToString()
+            tenant, mutation, key, out.delete_scope_budget_reply
         )
         return pb.DeleteScopeBudgetResponse.FromString(data)
 
