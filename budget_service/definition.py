@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from budget_service.adapters.metrics import BudgetMetrics
 from budget_service.api.capabilities import BudgetCapabilities
+from budget_service.api.roles import REQUIRED_ROLES, SERVICE_NAME
 from budget_service.api.servicer import BudgetServicer
 from budget_service.store.changes import EVENTS_CHANNEL
 from budget_service.store.event_hub import EventHub
@@ -16,13 +17,11 @@ from budget_service.usecases.settings import BudgetSettings
 from budget_service.usecases.stream_slots import StreamSlots
 from budget_service.usecases.sweeper import Sweeper
 from budget_service.usecases.transactions import Transactions
-from ration.budget.v1 import budget_service_pb2, budget_service_pb2_grpc
+from ration.budget.v1 import budget_service_pb2_grpc
 from servicekit.db import Database
 from servicekit.migrations import MigrationSet
 from servicekit.server import AppFactory, ServiceApp
 
-# From the descriptor, so the service is in the pool that server reflection serves.
-SERVICE_NAME = budget_service_pb2.DESCRIPTOR.services_by_name["BudgetService"].full_name
 MIGRATIONS = MigrationSet("budget", "budget_service.store.migrations")
 
 
@@ -48,6 +47,7 @@ def factory(settings: BudgetSettings) -> AppFactory:
             register=register,
             background=[hub.run, Sweeper(tx).run],
             close=hub.close,
+            roles=REQUIRED_ROLES,
         )
 
     return build

@@ -14,6 +14,7 @@ from memory_service.adapters.metrics import ListMetrics, MemoryMetrics
 from memory_service.adapters.tokenizer import TokenCounter, TokenizerUnavailable
 from memory_service.api.capabilities import MemoryCapabilities
 from memory_service.api.item_messages import MemoryItems
+from memory_service.api.roles import REQUIRED_ROLES, SERVICE_NAME
 from memory_service.api.servicer import MemoryServicer
 from memory_service.domain.capacity import CapacityBudget
 from memory_service.domain.compaction import CompactionPolicy
@@ -36,7 +37,6 @@ from servicekit.migrations import MigrationSet
 from servicekit.server import AppFactory, ServiceApp
 from servicekit.settings import SettingsError
 
-SERVICE_NAME = "ration.memory.v1.MemoryService"
 # 0003 once created a role, which needs a superuser; its first text is still accepted (0005).
 MIGRATIONS = MigrationSet(
     "memory",
@@ -170,6 +170,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             register=register,
             background=[sweep_request_log],
             close=close,
+            roles=REQUIRED_ROLES,
         )
 
     return build

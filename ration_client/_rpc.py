@@ -45,14 +45,22 @@ class Caller:
         self.attempts = attempts
         self.backoff = backoff
 
-    async def unary(self, method: Any, request: Any, *, deadline: float | None = None) -> Any:
+    async def unary(
+        self,
+        method: Any,
+        request: Any,
+        *,
+        deadline: float | None = None,
+        authorization: str | None = None,
+    ) -> Any:
         """Retries only UNAVAILABLE, re-sending the identical request (so the same request_id):
-        the server replays a stored response instead of applying the effect twice."""
+        the server replays a stored response instead of applying the effect twice.
+        `authorization` replaces the client's token with a header received from a caller (a
+        service calling on that caller's behalf)."""
+        metadata = (("authorization", authorization),) if authorization else self.metadata
         for attempt in range(self.attempts):
             try:
-                return await method(
-                    request, timeout=deadline or self.timeout, metadata=self.metadata
-                )
+                return await method(request, timeout=deadline or self.timeout, metadata=metadata)
             except grpc.aio.AioRpcError as error:
                 retry = error.code() == grpc.StatusCode.UNAVAILABLE and attempt + 1 < self.attempts
                 if not retry:
@@ -77,9 +85,12 @@ class Client:
         token: str | None = None,
         timeout: float = 5.0,
         interceptors: list[Any] | None = None,
+        attempts: int = 4,
     ) -> None:
         address = address or os.environ.get(self.ADDRESS_VARIABLE, self.DEFAULT_ADDRESS)
-        self._rpc = Caller(address, token=token, timeout=timeout, interceptors=interceptors)
+        self._rpc = Caller(
+            address, token=token, timeout=timeout, interceptors=interceptors, attempts=attempts
+        )
 
     async def __aenter__(self) -> Self:
         return self

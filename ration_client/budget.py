@@ -43,8 +43,11 @@ class BudgetClient(Client):
         token: str | None = None,
         timeout: float = 5.0,
         interceptors: list[Any] | None = None,
+        attempts: int = 4,
     ) -> None:
-        super().__init__(address, token=token, timeout=timeout, interceptors=interceptors)
+        super().__init__(
+            address, token=token, timeout=timeout, interceptors=interceptors, attempts=attempts
+        )
         self._stub = budget_service_pb2_grpc.BudgetServiceStub(self._rpc.channel)  # type: ignore[no-untyped-call]
 
     async def open_run(
@@ -118,10 +121,30 @@ class BudgetClient(Client):
         return (await self._rpc.unary(self._stub.Release, request)).reservation
 
     async def check(
-        self, run_id: str, *, estimate: budget_pb2.Amounts | None = None, model: str = ""
+        self,
+        run_id: str,
+        *,
+        estimate: budget_pb2.Amounts | None = None,
+        model: str = "",
+        authorization: str | None = None,
     ) -> budget_pb2.CheckResponse:
+        """The run's balances; `authorization` forwards a caller's own header instead of this
+        client's token (the memory service's ListMemory clamp checks in its caller's tenant)."""
         request = budget_pb2.CheckRequest(run_id=run_id, estimate=estimate, model=model)
-        return await self._rpc.unary(self._stub.Check, request)
+        return await self._rpc.unary(self._stub.Check, request, authorization=authorization)
+
+    async def remaining_tokens(
+        self, run_id: str, *, authorization: str | None = None
+    ) -> int | None:
+        """The run's remaining tokens, the tightest of its limits and pools (Check); None when
+        no limit bounds its tokens."""
+        reply = await self.check(run_id, authorization=authorization)
+        remaining = [
+            d.remaining
+            for d in reply.dimensions
+            if d.dimension == budget_pb2.DIMENSION_TOKENS and d.HasField("remaining")
+        ]
+        return min(remaining) if remaining else None
 
     async def close_run(
         self,

@@ -6,7 +6,7 @@ import contextvars
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +42,29 @@ class Identity:
                 f"this call needs the {role} role",
                 metadata={"role": role},
             )
+
+
+# A service's access table: full method name ("/pkg.Service/Method") → the role it needs, or
+# None for any authenticated caller whatever its roles (e.g. GetCapabilities). The auth
+# interceptor enforces it before the handler runs; authorization that depends on the request
+# or on stored data stays in the use case that knows it.
+RoleTable = Mapping[str, str | None]
+
+
+def check_role_table(service: str, table: RoleTable, methods: Iterable[str]) -> None:
+    """Fail closed at startup: every method the service registers needs a row, every row a
+    registered method, and every role must be one of ROLES."""
+    registered = frozenset(methods)
+    missing = sorted(registered - table.keys())
+    stale = sorted(table.keys() - registered)
+    unknown = sorted(f"{m}={r}" for m, r in table.items() if r is not None and r not in ROLES)
+    problems = [
+        *(f"{m} has no required role" for m in missing),
+        *(f"{m} is not a registered method" for m in stale),
+        *(f"{row} names an unknown role" for row in unknown),
+    ]
+    if problems:
+        raise SettingsError(f"the {service} service's role table is wrong: {'; '.join(problems)}")
 
 
 DEV_IDENTITY = Identity(DEV_TENANT, frozenset(ROLES), DEV_TENANT)

@@ -11,10 +11,11 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from servicekit.auth import TokenTable, identity_var
+from servicekit.auth import RoleTable, TokenTable, identity_var
 from servicekit.cpu import deadline_of, deadline_var
 from servicekit.errors import (
     DomainError,
+    ErrorKind,
     FieldViolation,
     unimplemented,
     validation_error,
@@ -249,22 +250,35 @@ class MetricsInterceptor(_CachingInterceptor):
 
 
 class AuthInterceptor(_CachingInterceptor):
-    """Resolves the bearer token to an identity before the handler runs."""
+    """Resolves the bearer token to an identity and enforces the method's required role (the
+    table the service definition hands in) before the handler runs.
 
-    def __init__(self, tokens: TokenTable, errors: ErrorMapper) -> None:
+    A registered method without a row is refused to every caller (fail closed); the server
+    also refuses to start with such a table (servicekit.auth.check_role_table).
+    """
+
+    def __init__(self, tokens: TokenTable, errors: ErrorMapper, roles: RoleTable) -> None:
         super().__init__()
         self._tokens = tokens
         self._errors = errors
+        self._roles = roles
 
     def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if method.startswith(PUBLIC_PREFIXES):
             return handler
         tokens, errors = self._tokens, self._errors
+        listed = method in self._roles
+        role = self._roles.get(method)
 
         async def authenticate(context: grpc.aio.ServicerContext) -> None:
             try:
                 authorization = None if tokens.dev_mode else _metadata(context, "authorization")
-                identity_var.set(tokens.authenticate(authorization))
+                identity = tokens.authenticate(authorization)
+                identity_var.set(identity)
+                if not listed:
+                    raise unlisted_method()
+                if role is not None:
+                    identity.require(role)
             except DomainError as error:
                 await errors.abort(context, error)
 
@@ -286,6 +300,11 @@ class AuthInterceptor(_CachingInterceptor):
             return wrapped
 
         return _wrap(handler, unary, stream)
+
+
+def unlisted_method() -> DomainError:
+    """A method the role table does not name: nobody may call it."""
+    return DomainError(ErrorKind.FORBIDDEN, "ROLE_REQUIRED", "this call is not open to any role")
 
 
 class ErrorInterceptor(_CachingInterceptor):

@@ -18,7 +18,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from servicekit import ports
-from servicekit.auth import TokenTable
+from servicekit.auth import RoleTable, TokenTable, check_role_table
 from servicekit.db import Database
 from servicekit.dbrole import check_role
 from servicekit.interceptors import (
@@ -49,6 +49,19 @@ class ServiceApp:
     # Started once Postgres answers (sweepers, listeners); cancelled at shutdown.
     background: Sequence[Callable[[], Coroutine[Any, Any, None]]] = field(default_factory=list)
     close: Callable[[], Awaitable[None]] | None = None
+    # Full method name → required role (servicekit.auth.RoleTable), one row per RPC of
+    # service_name; the server does not start when a row is missing or names no method.
+    roles: RoleTable = field(kw_only=True)
+
+
+def service_methods(service_name: str) -> frozenset[str]:
+    """The full method names of a service in the default descriptor pool (empty when the
+    service has no descriptor, like the test probes that register generic handlers)."""
+    try:
+        service = descriptor_pool.Default().FindServiceByName(service_name)
+    except KeyError:
+        return frozenset()
+    return frozenset(f"/{service.full_name}/{method.name}" for method in service.methods)
 
 
 AppFactory = Callable[[Database, CollectorRegistry], ServiceApp]
@@ -108,10 +121,12 @@ class ServiceRunner:
         ports.check_service_ports(self.app.name, self.settings, grpc=not self.reuse_port)
         errors = ErrorMapper(self.app.error_domain)
         tokens = TokenTable.load(self.settings.token_file)
+        methods = service_methods(self.app.service_name) or frozenset(self.app.roles)
+        check_role_table(self.app.name, self.app.roles, methods)
         # Their caches hold only registered methods; unknown paths get UnknownMethod.
         self.interceptors = (
             MetricsInterceptor(GrpcMetrics(self.registry)),
-            AuthInterceptor(tokens, errors),
+            AuthInterceptor(tokens, errors, self.app.roles),
             ErrorInterceptor(errors),
         )
         server = grpc.aio.server(

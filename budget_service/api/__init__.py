@@ -7,6 +7,7 @@ encoders and the capability blocks.
 - `requests`: Protobuf requests to budget commands, validated: every bad field is one violation.
 - `responses`: Budget results to protobuf responses (typed events, balances, runs, holds, scope
   budgets).
+- `roles`: Who may call what: the role each RPC needs, enforced by the auth interceptor.
 - `servicer`: BudgetService gRPC servicer: converts requests, calls the use cases, converts
   responses.
 """

@@ -13,6 +13,7 @@ from budget_service.api.requests import (
     OUTCOMES,
     SCOPES,
     WINDOWS,
+    page_token,
 )
 from budget_service.domain import commands as cmd
 from budget_service.domain import events as ev
@@ -317,3 +318,36 @@ def capabilities(caps: BudgetCapabilities) -> pb.GetCapabilitiesResponse:
         limits=limits,
         capabilities_json=caps.to_json(),
     )
+
+
+def list_run_events(run_id: str, page: cmd.EventsPage) -> pb.ListRunEventsResponse:
+    """One page of events, with the token of the next page (empty on the last)."""
+    after = page.next_after_seq
+    token = "" if after is None else page_token(run_id, after)
+    return pb.ListRunEventsResponse(
+        events=[run_event(page.run, e) for e in page.events], next_page_token=token
+    )
+
+
+# Stored replies of the run and scope-budget mutations: the response's deterministic bytes,
+# stored with the effect and replayed as they are (decoded by the servicer, fresh or replayed).
+def open_run_reply(view: cmd.RunView) -> bytes:
+    return pb.OpenRunResponse(run=run(view)).SerializeToString(deterministic=True)
+
+
+def close_run_reply(result: cmd.CloseResult) -> bytes:
+    response = pb.CloseRunResponse(run=run(result.view), released_holds=result.released_holds)
+    return response.SerializeToString(deterministic=True)
+
+
+def resume_run_reply(view: cmd.RunView) -> bytes:
+    return pb.ResumeRunResponse(run=run(view)).SerializeToString(deterministic=True)
+
+
+def put_scope_budget_reply(view: cmd.ScopeBudgetView) -> bytes:
+    response = pb.PutScopeBudgetResponse(budget=scope_budget(view.stored))
+    return response.SerializeToString(deterministic=True)
+
+
+def delete_scope_budget_reply(_: None) -> bytes:
+    return pb.DeleteScopeBudgetResponse().SerializeToString(deterministic=True)

@@ -14,13 +14,7 @@ from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
 from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
-from servicekit.auth import Identity, current_identity
-
-
-def _caller(role: str) -> Identity:
-    identity = current_identity()
-    identity.require(role)
-    return identity
+from servicekit.auth import current_identity
 
 
 class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
@@ -39,70 +33,55 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     async def OpenRun(
         self, request: pb.OpenRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenRunResponse:
-        tenant = _caller("writer").tenant
+        tenant = current_identity().tenant
         mutation, command = convert.open_run(request)
-        data = await self._service.open_run(
-            tenant,
-            mutation,
-            command,
-            lambda view: pb.OpenRunResponse(run=out.run(view)).SerializeToString(),
-        )
+        data = await self._service.open_run(tenant, mutation, command, out.open_run_reply)
         return pb.OpenRunResponse.FromString(data)
 
     async def GetRun(
         self, request: pb.GetRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetRunResponse:
-        tenant = _caller("reader").tenant
+        tenant = current_identity().tenant
         view = await self._service.get_run(tenant, convert.run_id(request))
         return pb.GetRunResponse(run=out.run(view))
 
     async def CloseRun(
         self, request: pb.CloseRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.CloseRunResponse:
-        tenant = _caller("writer").tenant
+        tenant = current_identity().tenant
         mutation, command = convert.close_run(request)
-        data = await self._service.close_run(
-            tenant,
-            mutation,
-            command,
-            lambda r: pb.CloseRunResponse(
-                run=out.run(r.view), released_holds=r.released_holds
-            ).SerializeToString(),
-        )
+        data = await self._service.close_run(tenant, mutation, command, out.close_run_reply)
         return pb.CloseRunResponse.FromString(data)
 
     async def ResumeRun(
         self, request: pb.ResumeRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.ResumeRunResponse:
-        # An approval, not a self-service raise: admin or approver, recorded by principal.
-        approver = _caller("approver")
+        # An approval (the approver role, see api/roles.py), recorded by principal.
+        approver = current_identity()
         mutation, command = convert.resume_run(request, approver.principal)
         data = await self._service.resume_run(
-            approver.tenant,
-            mutation,
-            command,
-            lambda view: pb.ResumeRunResponse(run=out.run(view)).SerializeToString(),
+            approver.tenant, mutation, command, out.resume_run_reply
         )
         return pb.ResumeRunResponse.FromString(data)
 
     async def Reserve(
         self, request: pb.ReserveRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReserveResponse:
-        tenant = _caller("writer").tenant
+        tenant = current_identity().tenant
         mutation, command = convert.reserve(request, self._max_ttl_seconds)
         return out.reserve(await self._reservations.reserve(tenant, mutation, command))
 
     async def Consume(
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConsumeResponse:
-        tenant = _caller("writer").tenant
+        tenant = current_identity().tenant
         mutation, command = convert.consume(request)
         return out.consume(await self._reservations.consume(tenant, mutation, command))
 
     async def Release(
         self, request: pb.ReleaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseResponse:
-        tenant = _caller("writer").tenant
+        tenant = current_identity().tenant
         mutation, command = convert.release(request)
         hold = await self._reservations.release(tenant, mutation, command)
         return pb.ReleaseResponse(reservation=out.reservation(hold))
@@ -110,27 +89,22 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     async def Check(
         self, request: pb.CheckRequest, context: grpc.aio.ServicerContext
     ) -> pb.CheckResponse:
-        tenant = _caller("reader").tenant
+        tenant = current_identity().tenant
         result = await self._reservations.check(tenant, convert.check(request))
         return out.check(result)
 
     async def ListRunEvents(
         self, request: pb.ListRunEventsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListRunEventsResponse:
-        tenant = _caller("reader").tenant
+        tenant = current_identity().tenant
         run_id, after_seq, page_size = convert.list_events(request)
         page = await self._service.list_events(tenant, run_id, after_seq, page_size)
-        token = (
-            "" if page.next_after_seq is None else convert.page_token(run_id, page.next_after_seq)
-        )
-        return pb.ListRunEventsResponse(
-            events=[out.run_event(page.run, e) for e in page.events], next_page_token=token
-        )
+        return out.list_run_events(run_id, page)
 
     async def WatchRunEvents(
         self, request: pb.WatchRunEventsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.WatchRunEventsResponse]:
-        tenant = _caller("reader").tenant
+        tenant = current_identity().tenant
         run_id, after_seq = convert.watch(request)
         # Closed at once when the stream ends or is cancelled: that frees its stream slot.
         async with contextlib.aclosing(self._service.watch(tenant, run_id, after_seq)) as events:
@@ -140,33 +114,28 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     async def PutScopeBudget(
         self, request: pb.PutScopeBudgetRequest, context: grpc.aio.ServicerContext
     ) -> pb.PutScopeBudgetResponse:
-        tenant = _caller("admin").tenant
+        tenant = current_identity().tenant
         mutation, budget = convert.scope_budget(request)
         data = await self._service.put_scope_budget(
-            tenant,
-            mutation,
-            budget,
-            lambda v: pb.PutScopeBudgetResponse(
-                budget=out.scope_budget(v.stored)
-            ).SerializeToString(),
+            tenant, mutation, budget, out.put_scope_budget_reply
         )
         return pb.PutScopeBudgetResponse.FromString(data)
 
     async def GetScopeBudget(
         self, request: pb.GetScopeBudgetRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetScopeBudgetResponse:
-        tenant = _caller("admin").tenant
+        tenant = current_identity().tenant
         _, key = convert.scope_key(request, mutating=False)
         return out.get_scope_budget(await self._service.get_scope_budget(tenant, key))
 
     async def DeleteScopeBudget(
         self, request: pb.DeleteScopeBudgetRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteScopeBudgetResponse:
-        tenant = _caller("admin").tenant
+        tenant = current_identity().tenant
         mutation, key = convert.scope_key(request, mutating=True)
         assert mutation is not None
         data = await self._service.delete_scope_budget(
-            tenant, mutation, key, lambda _: pb.DeleteScopeBudgetResponse().SerializeToString()
+            tenant, mutation, key, out.delete_scope_budget_reply
         )
         return pb.DeleteScopeBudgetResponse.FromString(data)
 

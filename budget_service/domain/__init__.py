@@ -7,6 +7,7 @@ arbitrates lives in store/migrations (0003); its Python reference model is in te
   resume rules.
 - `commands`: Use-case inputs and outputs of the budget service, in domain types (no protobuf).
 - `events`: Budget events: typed dataclasses and their exact OpenWOP v1 JSON payloads.
+- `fingerprints`: Canonical encodings a budget call is compared by: the fingerprint of an OpenRun.
 - `input_rules`: Input validation of the budget domain: policies, scope budgets, amounts, ids and
   paging.
 - `policy`: Budget policy: dimensions, validation, scope resolution, pool windows, model allow/deny.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from budget_service.domain import events as ev
-from budget_service.domain.policy import Scope
+from budget_service.domain.policy import ModelVerdict, Scope
 from budget_service.domain.run_state import Breach, Contention, HoldState, RunState, RunStatus
 from servicekit.errors import (
     DomainError,
@@ -30,6 +32,32 @@ def ensure_can_reserve(status: RunStatus) -> None:
         raise run_state_error("RUN_INTERRUPTED", status.state, "the run is interrupted: resume it")
     if status.state is RunState.CLOSED:
         raise run_state_error("RUN_CLOSED", status.state, "the run is closed")
+
+
+# The budget refusals that advisory mode reports instead of enforcing (a run's state is enforced).
+BUDGET_REASONS = frozenset({"BUDGET_MODEL_DENIED", "BUDGET_EXHAUSTED", "BUDGET_HELD"})
+
+
+def reserve_refusal(
+    status: RunStatus,
+    verdict: ModelVerdict | None,
+    decide: Callable[[], tuple[Breach | None, Contention | None]],
+) -> str:
+    """The reason a Reserve is refused ("" when granted), in the one precedence: the run's
+    state, then the model policy (None: the call names no model), then a breach, then
+    contention. Check reports it; Reserve refuses in this order and reports it in advisory
+    mode. `decide` runs only when neither state nor model refuses (it may refuse the estimate)."""
+    if status.state is not RunState.ACTIVE:
+        try:
+            ensure_can_reserve(status)
+        except DomainError as refused:
+            return refused.reason
+    if verdict is not None and not verdict.allowed:
+        return "BUDGET_MODEL_DENIED"
+    breach, contention = decide()
+    if breach is not None:
+        return "BUDGET_EXHAUSTED"
+    return "" if contention is None else "BUDGET_HELD"
 
 
 def ensure_resumable(status: RunStatus) -> None:

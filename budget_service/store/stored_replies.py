@@ -105,7 +105,9 @@ def statuses_of(doc: Sequence[Sequence[Any]]) -> list[DimensionStatus]:
 
 
 def _dumps(doc: Mapping[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode()
+    """Canonical JSON (sorted keys, no whitespace). Replies are decoded by key, so rows stored
+    before keys were sorted, and the SQL path's jsonb text, replay the same."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
 def reserve_bytes(result: ReserveResult) -> bytes:

@@ -37,6 +37,7 @@ from budget_service.domain.refusals import (
     ensure_can_reserve,
     model_denied_error,
     reservation_not_found,
+    reserve_refusal,
     run_not_found,
     run_state_error,
 )
@@ -87,19 +88,16 @@ class LockedReservations:
             unit = await self._lock(conn, tenant, mutation, command.run_id)
             run, enforcement = unit.run, unit.enforcement(self._tx.host_advisory)
             refused = enforcement is Enforcement.HARD
-            would_refuse: list[str] = []  # advisory mode: what a hard host would have said
             try:
                 ensure_can_reserve(run.status)
             except DomainError as state_error:
                 return await self._refuse(conn, unit, command, state_error, tally)
             verdict = model_verdict(command.model, run.budget.model_lists)
             # A tool-call or retry hold names no model: model policy governs model calls only.
-            if command.model and not verdict.allowed:  # before any spend
+            if command.model and not verdict.allowed and refused:  # before any spend
                 scope = verdict.scope or Scope.RUN
                 denied = model_denied_error(command.model, scope)
-                if refused:
-                    return await self._refuse(conn, unit, command, denied, tally, scope)
-                would_refuse.append(denied.reason)
+                return await self._refuse(conn, unit, command, denied, tally, scope)
             decision = decide_reserve(unit.judged(), command.estimate, command.mode, enforcement)
             if decision.breach is not None:
                 outcome = apply_reserve_breach(decision.breach, run.status, run.budget, enforcement)
@@ -111,14 +109,13 @@ class LockedReservations:
                         error = run_state_error("RUN_INTERRUPTED", RunState.INTERRUPTED, message)
                     scope = decision.breach.balance.scope
                     return await self._refuse(conn, unit, command, error, tally, scope)
-                would_refuse.append("BUDGET_EXHAUSTED")
-            elif decision.contention is not None:
-                if refused:
-                    held = budget_held_error(decision.contention, HELD_RETRY_SECONDS)
-                    scope = decision.contention.balance.scope
-                    return await self._refuse(conn, unit, command, held, tally, scope)
-                would_refuse.append("BUDGET_HELD")
-            reason = would_refuse[0] if would_refuse else ""
+            elif decision.contention is not None and refused:
+                held = budget_held_error(decision.contention, HELD_RETRY_SECONDS)
+                scope = decision.contention.balance.scope
+                return await self._refuse(conn, unit, command, held, tally, scope)
+            # Hard mode refused above in this same precedence; advisory mode reports it.
+            judged = (decision.breach, decision.contention)
+            reason = reserve_refusal(run.status, verdict if command.model else None, lambda: judged)
             pools = sorted(unit.current, key=lambda ref: ref.sort_key)
             hold = HoldRecord(
                 reservation_id=reservation_id,

@@ -24,8 +24,15 @@ from budget_service.domain.commands import (
 )
 from budget_service.domain.policy import Enforcement, model_verdict
 from budget_service.domain.records import HoldRecord
-from budget_service.domain.refusals import ensure_can_reserve, run_not_found
-from budget_service.domain.run_state import RUN_BALANCE, Balances, HoldState, ReserveMode
+from budget_service.domain.refusals import BUDGET_REASONS, reserve_refusal, run_not_found
+from budget_service.domain.run_state import (
+    RUN_BALANCE,
+    Balances,
+    Breach,
+    Contention,
+    HoldState,
+    ReserveMode,
+)
 from budget_service.store import fast_path as fastpath
 from budget_service.store import reads as store_reads
 from budget_service.store import stored_replies as replies
@@ -34,11 +41,9 @@ from budget_service.usecases.locked_reservations import LockedReservations, new_
 from budget_service.usecases.run_gates import RunGates
 from budget_service.usecases.transactions import Transactions
 from servicekit.coalesce import Coalescer
-from servicekit.errors import DomainError
 from servicekit.idempotency import RequestKey, request_id_reused
 
 # Reasons a budget (not the run's lifecycle) gives; advisory mode turns only these into grants.
-BUDGET_REASONS = frozenset({"BUDGET_MODEL_DENIED", "BUDGET_EXHAUSTED", "BUDGET_HELD"})
 
 
 def _key(tenant: str, mutation: Mutation) -> RequestKey:
@@ -137,19 +142,12 @@ class Reservations:
             **{p.balance.key.ref: p.balance.judged(p.budget.policy) for p in snapshot.pools},
         }
         verdict = model_verdict(command.model, run.budget.model_lists) if command.model else None
-        reason = ""
-        try:
-            ensure_can_reserve(run.status)
-        except DomainError as state_error:
-            reason = state_error.reason
-        if not reason and verdict is not None and not verdict.allowed:
-            reason = "BUDGET_MODEL_DENIED"
-        if not reason:
+
+        def decide() -> tuple[Breach | None, Contention | None]:
             decision = decide_reserve(balances, command.estimate, ReserveMode.ALL_OR_NOTHING)
-            if decision.breach is not None:
-                reason = "BUDGET_EXHAUSTED"
-            elif decision.contention is not None:
-                reason = "BUDGET_HELD"
+            return decision.breach, decision.contention
+
+        reason = reserve_refusal(run.status, verdict, decide)
         advisory = self._tx.enforcement(run.scope_advisory) is Enforcement.ADVISORY
         advisory_reason = ""
         if advisory and reason in BUDGET_REASONS:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncGenerator, Callable
 from dataclasses import replace
 
@@ -22,6 +21,7 @@ from budget_service.domain.commands import (
     ScopeBudgetView,
     ScopeKey,
 )
+from budget_service.domain.fingerprints import is_same_open, open_run_fingerprint
 from budget_service.domain.policy import (
     WINDOW_EPOCH,
     Dimension,
@@ -43,12 +43,6 @@ from budget_service.usecases.stream_slots import StreamSlots
 from budget_service.usecases.transactions import Transactions
 
 WATCH_BATCH = 100
-
-
-def _fingerprint(command: OpenRun) -> bytes:
-    """Owners and overlay of a run: the dataclass repr is deterministic and complete."""
-    owners = (command.project_id, command.workflow_id, command.agent_id)
-    return hashlib.sha256(repr((owners, command.policy)).encode()).digest()
 
 
 class BudgetService:
@@ -78,7 +72,7 @@ class BudgetService:
             run = await store_reads.insert_run(conn, tenant, draft)
             if run is None:
                 existing = await store_reads.get_run(conn, tenant, command.run_id)
-                if existing is None or existing.open_fingerprint != draft.open_fingerprint:
+                if existing is None or not is_same_open(existing.open_fingerprint, command):
                     raise run_exists(command.run_id)
                 return await self._view(conn, tenant, command.run_id)
             reserved = ev.BudgetReserved(budget, budget.scope)
@@ -111,7 +105,7 @@ class BudgetService:
             scope_advisory=False,
             policy_version=1,
             next_seq=1,
-            open_fingerprint=_fingerprint(command),
+            open_fingerprint=open_run_fingerprint(command),
             created_at=unset,
             updated_at=unset,
         )

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import grpc
-
 from memory_service.domain.refusals import (
     budget_link_unavailable,
     budget_unavailable,
     run_not_found,
 )
-from ration.budget.v1 import budget_pb2, budget_service_pb2_grpc
+from ration_client import BudgetClient
+from ration_client.errors import (
+    InvalidRequest,
+    NotFound,
+    PermissionDenied,
+    RationError,
+    Unauthenticated,
+)
 from servicekit.errors import FieldViolation, validation_error
 
 CHECK_TIMEOUT_SECONDS = 1.0
@@ -24,7 +29,8 @@ class RemainingTokens(Protocol):
 
 
 class BudgetLink:
-    """A Check-only client of budget_service: never reserves or consumes (DESIGN 4.5).
+    """A Check-only client of budget_service (ration_client's): never reserves or consumes
+    (DESIGN 4.5), and never retries: a ListMemory waits at most one Check deadline.
 
     The caller's own authorization header is forwarded, so budget_service resolves the run in
     the caller's tenant, exactly as if the caller had asked it directly.
@@ -33,40 +39,30 @@ class BudgetLink:
     def __init__(self, address: str, timeout: float = CHECK_TIMEOUT_SECONDS) -> None:
         self._address = address
         self._timeout = timeout
-        self._channel: grpc.aio.Channel | None = None
+        self._client: BudgetClient | None = None
 
-    def _stub(self) -> budget_service_pb2_grpc.BudgetServiceStub:
-        if self._channel is None:  # created on first use, inside the serving event loop
-            self._channel = grpc.aio.insecure_channel(self._address)
-        return budget_service_pb2_grpc.BudgetServiceStub(self._channel)  # type: ignore[no-untyped-call]
+    def _budget(self) -> BudgetClient:
+        if self._client is None:  # its channel is created on first use, in the serving loop
+            self._client = BudgetClient(self._address, token="", timeout=self._timeout, attempts=1)
+        return self._client
 
     async def remaining_tokens(self, run_id: str, authorization: str | None) -> int | None:
-        metadata = (("authorization", authorization),) if authorization else ()
         try:
-            reply = await self._stub().Check(
-                budget_pb2.CheckRequest(run_id=run_id), timeout=self._timeout, metadata=metadata
-            )
-        except grpc.aio.AioRpcError as error:
-            code = error.code()
-            if code == grpc.StatusCode.NOT_FOUND:
-                raise run_not_found() from None
-            if code == grpc.StatusCode.INVALID_ARGUMENT:
-                raise validation_error(
-                    [FieldViolation("run_id", "is not a run id budget_service accepts")]
-                ) from None
-            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-                raise budget_link_unavailable(
-                    f"budget_service refused the caller's credentials ({code.name})"
-                ) from None
-            raise budget_unavailable(code.name) from None
-        remaining = [
-            d.remaining
-            for d in reply.dimensions
-            if d.dimension == budget_pb2.DIMENSION_TOKENS and d.HasField("remaining")
-        ]
-        return min(remaining) if remaining else None
+            return await self._budget().remaining_tokens(run_id, authorization=authorization)
+        except NotFound:
+            raise run_not_found() from None
+        except InvalidRequest:
+            raise validation_error(
+                [FieldViolation("run_id", "is not a run id budget_service accepts")]
+            ) from None
+        except (Unauthenticated, PermissionDenied) as error:
+            raise budget_link_unavailable(
+                f"budget_service refused the caller's credentials ({error.code.name})"
+            ) from None
+        except RationError as error:
+            raise budget_unavailable(error.code.name) from None
 
     async def close(self) -> None:
-        if self._channel is not None:
-            channel, self._channel = self._channel, None
-            await channel.close()
+        if self._client is not None:
+            client, self._client = self._client, None
+            await client.close()

@@ -8,6 +8,7 @@ responses, and the capability block.
   responses.
 - `requests`: Converters from memory protos to domain commands and queries (requests, fingerprints).
 - `responses`: Converters from domain results to memory protos (responses and stored write replies).
+- `roles`: Who may call what: the role each RPC needs, enforced by the auth interceptor.
 - `servicer`: MemoryService gRPC servicer: converts requests, calls the use cases, converts
   responses.
 """

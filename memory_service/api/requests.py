@@ -27,14 +27,24 @@ from memory_service.domain.commands import (
     SearchQuery,
     WriteTarget,
 )
+from memory_service.domain.read_input_rules import (
+    validate_capacity,
+    validate_changes,
+    validate_citation,
+    validate_list,
+    validate_revisions,
+    validate_search,
+)
 from memory_service.domain.redaction import Secret
 from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.write_input_rules import raise_if
 from memory_service.usecases.write_path import Envelope
 from ration.memory.v1 import memory_pb2, memory_service_pb2
-from servicekit.errors import validation_error
+from servicekit.errors import FieldViolation, validation_error
 from servicekit.timestamps import timestamp_violation, to_datetime
 
 T = TypeVar("T")
+Q = TypeVar("Q")
 
 _ORGANIZE_MODES = {memory_pb2.ORGANIZE_MODE_DEDUPE: OrganizeMode.DEDUPE}
 # UNSPECIFIED means the default for these two (the advertised unit; recency).
@@ -58,6 +68,12 @@ _SEARCH_MODES = {
 def envelope(method: str, encode: Callable[[T], bytes]) -> Envelope[T]:
     """The method (in the idempotency fingerprint, with the redacted command) and the encoder."""
     return Envelope(method, encode)
+
+
+def _valid(query: Q, rules: Callable[[Q], list[FieldViolation]]) -> Q:
+    """The query, once its input rules (domain/read_input_rules.py) found nothing wrong."""
+    raise_if(rules(query))
+    return query
 
 
 def _optional(message: Message, field: str) -> Any:
@@ -139,11 +155,14 @@ def compact_command(request: memory_service_pb2.CompactMemoryRequest) -> Compact
 
 
 def capacity_query(request: memory_service_pb2.GetCapacityRequest) -> CapacityQuery:
-    return CapacityQuery(request.memory_ref, _optional(request, "revision"))
+    return _valid(
+        CapacityQuery(request.memory_ref, _optional(request, "revision")), validate_capacity
+    )
 
 
 def revisions_query(request: memory_service_pb2.ListRevisionsRequest) -> RevisionsQuery:
-    return RevisionsQuery(request.memory_ref, request.since, request.through)
+    query = RevisionsQuery(request.memory_ref, request.since, request.through)
+    return _valid(query, validate_revisions)
 
 
 def changes_query(
@@ -151,13 +170,14 @@ def changes_query(
 ) -> ChangesQuery:
     """ListChanges and the deprecated GetChanges take the same fields."""
     selector = request.WhichOneof("selector")
-    return ChangesQuery(
+    query = ChangesQuery(
         memory_ref=request.memory_ref,
         revision=request.revision if selector == "revision" else None,
         since=request.since if selector == "since" else None,
         page_size=request.page_size,
         page_token=request.page_token,
     )
+    return _valid(query, validate_changes)
 
 
 def entry_version_query(request: memory_service_pb2.GetEntryVersionRequest) -> EntryVersionQuery:
@@ -165,9 +185,10 @@ def entry_version_query(request: memory_service_pb2.GetEntryVersionRequest) -> E
 
 
 def citation_query(request: memory_service_pb2.ValidateCitationRequest) -> CitationQuery:
-    return CitationQuery(
+    query = CitationQuery(
         request.memory_ref, request.revision, request.entry_id, request.entry_version_id
     )
+    return _valid(query, validate_citation)
 
 
 def list_query(request: memory_service_pb2.ListMemoryRequest) -> ListQuery:
@@ -176,7 +197,7 @@ def list_query(request: memory_service_pb2.ListMemoryRequest) -> ListQuery:
         unknown.append("token_counter")
     if request.rank not in _RANKS:
         unknown.append("rank")
-    return ListQuery(
+    query = ListQuery(
         memory_ref=request.memory_ref,
         limit=request.limit,
         tag=request.tag,
@@ -188,10 +209,11 @@ def list_query(request: memory_service_pb2.ListMemoryRequest) -> ListQuery:
         run_id=request.run_id,
         unknown=tuple(unknown),
     )
+    return _valid(query, validate_list)
 
 
 def search_query(request: memory_service_pb2.SearchMemoryRequest) -> SearchQuery:
-    return SearchQuery(
+    query = SearchQuery(
         memory_ref=request.memory_ref,
         query=request.query,
         mode=_SEARCH_MODES.get(request.mode),
@@ -200,6 +222,7 @@ def search_query(request: memory_service_pb2.SearchMemoryRequest) -> SearchQuery
         kind=request.kind or None,
         revision=_optional(request, "revision"),
     )
+    return _valid(query, validate_search)
 
 
 def authorization(metadata: Iterable[tuple[str, Any]] | None) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 
 from memory_service.api.capabilities import MemoryCapabilities
@@ -137,7 +138,7 @@ def encode_append(outcome: AppendResult) -> bytes:
         result=_write_result(outcome.result),
         entries=[entry_version(v) for v in outcome.entries],
         redactions=_redactions(outcome.redactions),
-    ).SerializeToString()
+    ).SerializeToString(deterministic=True)
 
 
 def encode_revise(outcome: ReviseResult) -> bytes:
@@ -145,26 +146,26 @@ def encode_revise(outcome: ReviseResult) -> bytes:
         result=_write_result(outcome.result),
         entry=entry_version(outcome.entry),
         redactions=_redactions(outcome.redactions),
-    ).SerializeToString()
+    ).SerializeToString(deterministic=True)
 
 
 def encode_forget(outcome: WriteResult) -> bytes:
     return memory_service_pb2.ForgetEntriesResponse(
         result=_write_result(outcome)
-    ).SerializeToString()
+    ).SerializeToString(deterministic=True)
 
 
 def encode_reactivate(outcome: WriteResult) -> bytes:
     return memory_service_pb2.ReactivateEntriesResponse(
         result=_write_result(outcome)
-    ).SerializeToString()
+    ).SerializeToString(deterministic=True)
 
 
 def encode_organize(outcome: OrganizeResult) -> bytes:
     return memory_service_pb2.OrganizeMemoryResponse(
         result=_write_result(outcome.result),
         deactivated_entry_ids=list(outcome.deactivated_entry_ids),
-    ).SerializeToString()
+    ).SerializeToString(deterministic=True)
 
 
 def encode_compact(outcome: CompactResult) -> bytes:
@@ -174,7 +175,7 @@ def encode_compact(outcome: CompactResult) -> bytes:
         reclaimed_bytes=outcome.reclaimed_bytes,
         revision=outcome.revision,
         capacity=capacity(outcome.capacity),
-    ).SerializeToString()
+    ).SerializeToString(deterministic=True)
 
 
 def capacity_response(report: CapacityReport) -> memory_service_pb2.GetCapacityResponse:
@@ -258,6 +259,11 @@ def capabilities_response(caps: MemoryCapabilities) -> memory_service_pb2.GetCap
 
 
 def list_response(result: ListResult, items: MemoryItems) -> memory_service_pb2.ListMemoryResponse:
+    """The response of this answer; a remembered answer's is built once (MemoryItems)."""
+    return items.list_response(result, functools.partial(_list_message, result, items))
+
+
+def _list_message(result: ListResult, items: MemoryItems) -> memory_service_pb2.ListMemoryResponse:
     response = memory_service_pb2.ListMemoryResponse(
         entries=[items.message(i) for i in result.entries],
         total_tokens=result.total_tokens,

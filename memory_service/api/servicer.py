@@ -151,8 +151,7 @@ class MemoryServicer(memory_service_pb2_grpc.MemoryServiceServicer):
         # The caller's credentials travel on only for the run_id clamp.
         forwarded = convert.authorization(context.invocation_metadata()) if query.run_id else None
         result = await self._reads.list_memory(current_identity(), query, forwarded)
-        items = self._items
-        return items.list_response(result, lambda: convert_out.list_response(result, items))
+        return convert_out.list_response(result, self._items)
 
     async def SearchMemory(
         self, request: pb.SearchMemoryRequest, context: Context

@@ -6,6 +6,8 @@ library and servicekit.errors only; see the layout README for the known exceptio
 - `candidate_index`: The candidate index of one revision: what ListMemory and SearchMemory rank,
   without content.
 - `capacity`: The capacity contract: budget, usage, which operations may grow what, and the refusal.
+- `change_pages`: Change-page tokens: the (revision, entry_id) cursor a changes page hands back,
+  opaque.
 - `commands`: What callers ask of the memory service: write commands and read queries,
   transport-free.
 - `compaction`: Compaction: which tombstones may leave the manifest, in what order, and what it
@@ -14,8 +16,8 @@ library and servicekit.errors only; see the layout README for the known exceptio
 - `ids`: Identifiers of the memory service: entry and version ids, and memory_ref validation.
 - `manifest`: Canonical content of a revision (RFC 8785 JSON) and its exact size, computed
   incrementally.
-- `read_input_rules`: Input rules of ListMemory and SearchMemory; a malformed memory_ref is not one
-  of them.
+- `read_input_rules`: Input rules of the reads (ListMemory, SearchMemory, capacity, history,
+  changes, citations); a malformed memory_ref reads as an absent memory.
 - `records`: Plain records of stored memory: heads, items, versions, revisions, capacity, read
   results.
 - `redaction`: SR-1 redaction of one text: request-carried secrets first, then the built-in

@@ -1,10 +1,22 @@
-"""Input rules of ListMemory and SearchMemory; a malformed memory_ref is not one of them."""
+"""Input rules of the reads (ListMemory, SearchMemory, capacity, history, changes, citations);
+a malformed memory_ref is not one of them: it reads as an absent memory."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memory_service.domain.commands import ListQuery, Rank, SearchMode, SearchQuery
+from memory_service.domain.change_pages import decode_page_token
+from memory_service.domain.commands import (
+    CapacityQuery,
+    ChangesQuery,
+    CitationQuery,
+    ListQuery,
+    Rank,
+    RevisionsQuery,
+    SearchMode,
+    SearchQuery,
+)
+from memory_service.domain.ids import is_entry_id, is_version_id
 from memory_service.domain.write_input_rules import MAX_KIND_CHARS, MAX_TAG_CHARS, MAX_TAGS
 from servicekit.errors import FieldViolation
 
@@ -14,6 +26,8 @@ MAX_TOKEN_BUDGET = 1_000_000_000
 MAX_RUN_ID_CHARS = 128
 MAX_SEARCH_LIMIT = 100
 DEFAULT_SEARCH_LIMIT = 10
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
 
 
 def _query(query: str, required: bool, why: str) -> list[FieldViolation]:
@@ -77,3 +91,46 @@ def _tags(tags: Sequence[str]) -> list[FieldViolation]:
     if len(tags) > MAX_TAGS:
         return [FieldViolation("tags", f"at most {MAX_TAGS} tags")]
     return [v for index, tag in enumerate(tags) for v in _tag(tag, f"tags[{index}]")]
+
+
+def validate_capacity(query: CapacityQuery) -> list[FieldViolation]:
+    if query.revision is not None and query.revision < 1:
+        return [FieldViolation("revision", "must be >= 1 when set")]
+    return []
+
+
+def validate_revisions(query: RevisionsQuery) -> list[FieldViolation]:
+    """The window's shape; its bounds against the head and the history limit are the use
+    case's (they depend on the stored memory)."""
+    found: list[FieldViolation] = []
+    if query.since < 0:
+        found.append(FieldViolation("since", "must be >= 0"))
+    if query.through < 0:
+        found.append(FieldViolation("through", "must be >= 0 (0 = the head)"))
+    elif query.through and query.since > query.through:
+        found.append(FieldViolation("through", "must be >= since"))
+    return found
+
+
+def validate_changes(query: ChangesQuery) -> list[FieldViolation]:
+    found: list[FieldViolation] = []
+    if query.revision is not None and query.revision < 1:
+        found.append(FieldViolation("revision", "must be >= 1"))
+    if query.since is not None and query.since < 0:
+        found.append(FieldViolation("since", "must be >= 0"))
+    if not 0 <= query.page_size <= MAX_PAGE_SIZE:
+        found.append(FieldViolation("page_size", f"must be 0..{MAX_PAGE_SIZE} (0 = default)"))
+    if query.page_token and decode_page_token(query.page_token) is None:
+        found.append(FieldViolation("page_token", "is not a token this server issued"))
+    return found
+
+
+def validate_citation(query: CitationQuery) -> list[FieldViolation]:
+    found: list[FieldViolation] = []
+    if query.revision < 1:
+        found.append(FieldViolation("revision", "must be >= 1"))
+    if not is_entry_id(query.entry_id):
+        found.append(FieldViolation("entry_id", "must be mem_ent_ + 32 hex"))
+    if not is_version_id(query.entry_version_id):
+        found.append(FieldViolation("entry_version_id", "must be mem_ver_ + 32 hex"))
+    return found

@@ -13,11 +13,7 @@ from memory_service.adapters.metrics import ListMetrics
 from memory_service.domain.candidate_index import CandidateRow, Ranked, candidate_numbers
 from memory_service.domain.commands import ListQuery, Rank, SearchMode, SearchQuery
 from memory_service.domain.ids import validate_memory_ref
-from memory_service.domain.read_input_rules import (
-    DEFAULT_SEARCH_LIMIT,
-    validate_list,
-    validate_search,
-)
+from memory_service.domain.read_input_rules import DEFAULT_SEARCH_LIMIT
 from memory_service.domain.records import Item, ListResult, SearchResult
 from memory_service.domain.refusals import budget_link_unavailable, relevance_unavailable
 from memory_service.domain.selection import (
@@ -28,7 +24,6 @@ from memory_service.domain.selection import (
     select_prefix,
 )
 from memory_service.domain.token_units import TokenUnit
-from memory_service.domain.write_input_rules import raise_if
 from memory_service.store import candidate_reads as store_candidates
 from memory_service.usecases.candidate_cache import CandidateCache
 from memory_service.usecases.read_snapshots import NeedDatabase, Snapshot, Snapshots
@@ -79,8 +74,6 @@ class MemoryReads:
     async def list_memory(
         self, identity: Identity, query: ListQuery, authorization: str | None = None
     ) -> ListResult:
-        identity.require("reader")
-        raise_if(validate_list(query))
         relevance = query.rank is Rank.RELEVANCE
         if relevance and self._vectors is None:
             raise relevance_unavailable()
@@ -143,8 +136,6 @@ class MemoryReads:
         return result
 
     async def search(self, identity: Identity, query: SearchQuery) -> SearchResult:
-        identity.require("reader")
-        raise_if(validate_search(query))
         semantic = query.mode is SearchMode.SEMANTIC
         if semantic and self._vectors is None:
             raise relevance_unavailable()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -11,6 +9,7 @@ from typing import TypeVar
 import asyncpg
 
 from memory_service.domain.capacity import CapacityBudget
+from memory_service.domain.change_pages import decode_page_token, encode_page_token
 from memory_service.domain.commands import (
     CapacityQuery,
     ChangesQuery,
@@ -19,8 +18,9 @@ from memory_service.domain.commands import (
     RevisionsQuery,
 )
 from memory_service.domain.compaction import CompactionPolicy, age_cutoff
-from memory_service.domain.ids import is_entry_id, is_version_id, validate_memory_ref
+from memory_service.domain.ids import is_version_id, validate_memory_ref
 from memory_service.domain.manifest import ItemState
+from memory_service.domain.read_input_rules import DEFAULT_PAGE_SIZE
 from memory_service.domain.records import (
     CapacityReport,
     RecordedChange,
@@ -41,8 +41,6 @@ from servicekit.db import Database
 from servicekit.errors import FieldViolation
 from servicekit.tenancy import for_tenant
 
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1000
 T = TypeVar("T")
 
 
@@ -50,20 +48,6 @@ T = TypeVar("T")
 class ChangesPage:
     changes: tuple[RecordedChange, ...]
     next_page_token: str  # "" on the last page
-
-
-def encode_page_token(revision: int, entry_id: str) -> str:
-    return base64.urlsafe_b64encode(f"{revision}:{entry_id}".encode()).decode()
-
-
-def decode_page_token(token: str) -> tuple[int, str] | None:
-    """The (revision, entry_id) cursor of a token, or None when it is not one of ours."""
-    try:
-        revision, _, entry_id = base64.urlsafe_b64decode(token.encode()).decode().partition(":")
-        cursor = (int(revision), entry_id)
-    except (ValueError, binascii.Error, UnicodeError):
-        return None
-    return cursor if cursor[0] >= 1 and is_entry_id(cursor[1]) else None
 
 
 class MemoryQueries:
@@ -104,9 +88,6 @@ class MemoryQueries:
         return await for_tenant(self._db, identity.tenant).read(read)
 
     async def capacity(self, identity: Identity, query: CapacityQuery) -> CapacityReport:
-        identity.require("reader")
-        if query.revision is not None and query.revision < 1:
-            raise_if([FieldViolation("revision", "must be >= 1 when set")])
 
         async def work(conn: asyncpg.Connection, key: MemoryKey, head: int) -> CapacityReport:
             revision = head if query.revision is None else query.revision
@@ -123,16 +104,7 @@ class MemoryQueries:
 
     async def revisions(self, identity: Identity, query: RevisionsQuery) -> list[RevisionInfo]:
         """(since, through] ascending; a window over the limit is refused before any load."""
-        identity.require("reader")
-        since, through = query.since, query.through
-        found: list[FieldViolation] = []
-        if since < 0:
-            found.append(FieldViolation("since", "must be >= 0"))
-        if through < 0:
-            found.append(FieldViolation("through", "must be >= 0 (0 = the head)"))
-        elif through and since > through:
-            found.append(FieldViolation("through", "must be >= since"))
-        raise_if(found)
+        since, through = query.since, query.through  # their shape: validate_revisions
         if through and through - since > self._max_history:
             raise history_window_exceeded(through - since, self._max_history)
 
@@ -149,22 +121,9 @@ class MemoryQueries:
         return await self._read(identity, query.memory_ref, work)
 
     async def changes(self, identity: Identity, query: ChangesQuery) -> ChangesPage:
-        identity.require("reader")
-        found: list[FieldViolation] = []
-        if query.revision is not None and query.revision < 1:
-            found.append(FieldViolation("revision", "must be >= 1"))
-        if query.since is not None and query.since < 0:
-            found.append(FieldViolation("since", "must be >= 0"))
-        if not 0 <= query.page_size <= MAX_PAGE_SIZE:
-            found.append(FieldViolation("page_size", f"must be 0..{MAX_PAGE_SIZE} (0 = default)"))
-        cursor = (0, "")
-        if query.page_token:
-            decoded = decode_page_token(query.page_token)
-            if decoded is None:
-                found.append(FieldViolation("page_token", "is not a token this server issued"))
-            else:
-                cursor = decoded
-        raise_if(found)
+        # validate_changes refused any token that does not decode.
+        cursor = decode_page_token(query.page_token) if query.page_token else None
+        cursor = cursor or (0, "")
         size = query.page_size or DEFAULT_PAGE_SIZE
 
         async def work(conn: asyncpg.Connection, key: MemoryKey, head: int) -> ChangesPage:
@@ -184,8 +143,6 @@ class MemoryQueries:
         return await self._read(identity, query.memory_ref, work)
 
     async def entry_version(self, identity: Identity, query: EntryVersionQuery) -> StoredVersion:
-        identity.require("reader")
-
         async def work(conn: asyncpg.Connection, key: MemoryKey, head: int) -> StoredVersion:
             version = None
             if is_version_id(query.entry_version_id):
@@ -198,15 +155,6 @@ class MemoryQueries:
 
     async def validate_citation(self, identity: Identity, query: CitationQuery) -> ItemState | None:
         """The cited item's state in exactly that revision; None when the citation is invalid."""
-        identity.require("reader")
-        found: list[FieldViolation] = []
-        if query.revision < 1:
-            found.append(FieldViolation("revision", "must be >= 1"))
-        if not is_entry_id(query.entry_id):
-            found.append(FieldViolation("entry_id", "must be mem_ent_ + 32 hex"))
-        if not is_version_id(query.entry_version_id):
-            found.append(FieldViolation("entry_version_id", "must be mem_ver_ + 32 hex"))
-        raise_if(found)
 
         async def work(conn: asyncpg.Connection, key: MemoryKey, head: int) -> ItemState | None:
             if query.revision > head:

@@ -110,7 +110,6 @@ class MemoryWrites:
     async def append(
         self, identity: Identity, command: AppendEntries, envelope: Envelope[AppendResult]
     ) -> bytes:
-        identity.require("writer")
         raise_if(validate_append(command, self._path.policy.limits, self._clock()))
         prepared = await self._prepare(identity.tenant, command)
         given = {d.entry_id: i for i, d in enumerate(command.entries) if d.entry_id}
@@ -141,7 +140,6 @@ class MemoryWrites:
     async def revise(
         self, identity: Identity, command: ReviseEntry, envelope: Envelope[ReviseResult]
     ) -> bytes:
-        identity.require("writer")
         raise_if(validate_revise(command, self._path.policy.limits, self._clock()))
         prepared = await self._prepare(identity.tenant, command)
         reason = prepared.redacted.command.reason
@@ -173,7 +171,6 @@ class MemoryWrites:
     ) -> bytes:
         """ForgetEntries (active=False) or ReactivateEntries (active=True); entries already in
         the target state are no-ops, and a call where all are creates no revision."""
-        identity.require("writer")
         raise_if(validate_state_change(command, self._path.policy.limits))
         # At most one reason of MAX_REASON_CHARS: cheap enough to redact on the event loop.
         redacted = redact_write(command)
@@ -202,7 +199,6 @@ class MemoryWrites:
     async def organize(
         self, identity: Identity, command: OrganizeMemory, envelope: Envelope[OrganizeResult]
     ) -> bytes:
-        identity.require("writer")
         raise_if(validate_organize(command))
 
         async def work(conn: asyncpg.Connection) -> OrganizeResult:

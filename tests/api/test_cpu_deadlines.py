@@ -66,7 +66,10 @@ class Probe:
             self.release.set()
             self.pool.close()
 
-        return ServiceApp("cpuprobe", SERVICE, "ration.test.v1", [], register, close=close)
+        roles = {f"/{SERVICE}/{name}": None for name in ("Deadline", "Block", "Work")}
+        return ServiceApp(
+            "cpuprobe", SERVICE, "ration.test.v1", [], register, close=close, roles=roles
+        )
 
 
 @pytest.fixture

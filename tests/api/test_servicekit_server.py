@@ -63,7 +63,9 @@ def probe_app(database: Database, registry: CollectorRegistry) -> ServiceApp:
             )
         )
 
-    return ServiceApp("probe", SERVICE, "ration.test.v1", [], register)
+    methods = ("WhoAmI", "DomainError", "Crash", "Unimplemented")
+    roles = {f"/{SERVICE}/{name}": None for name in methods}
+    return ServiceApp("probe", SERVICE, "ration.test.v1", [], register, roles=roles)
 
 
 async def start_probe(database_url: str, wait: bool = True, **env: str) -> ServiceRunner:

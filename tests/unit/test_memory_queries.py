@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from memory_service.usecases.queries import decode_page_token, encode_page_token
+from memory_service.domain.change_pages import decode_page_token, encode_page_token
 
 ENTRY_ID = "mem_ent_" + "f" * 32
 
