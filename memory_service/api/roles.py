@@ -19,7 +19,8 @@ _ROLES: dict[str, str | None] = {
     "CompactMemory": "reader",
     "GetCapacity": "reader",
     "ListRevisions": "reader",
-    "GetChanges": "reader",
+    "ListChanges": "reader",
+    "GetChanges": "reader",  # deprecated: ListChanges
     "GetEntryVersion": "reader",
     "ValidateCitation": "reader",
     "ListMemory": "reader",
