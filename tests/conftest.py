@@ -25,9 +25,9 @@ import grpc
 import pgroles
 import pytest
 
-from servicekit.db import Database
+from ration_server import registry
 from servicekit.embedded import EmbeddedPostgres
-from servicekit.migrations import migrate
+from servicekit.migrations import MigrationSet, migrate
 from servicekit.server import ServiceRunner
 from servicekit.settings import Env
 
@@ -80,11 +80,8 @@ async def _admin(url: str, *statements: str) -> None:
         await conn.close()
 
 
-def all_migrations() -> list:  # type: ignore[type-arg]
-    from budget_service.definition import MIGRATIONS as BUDGET
-    from memory_service.definition import MIGRATIONS as MEMORY
-
-    return [BUDGET, MEMORY]
+def all_migrations() -> list[MigrationSet]:
+    return registry.all_migrations()
 
 
 @pytest.fixture(scope="session")
@@ -184,20 +181,7 @@ async def start_server(app_database_url: str) -> AsyncIterator[StartServer]:
     runners: list[ServiceRunner] = []
 
     async def start(kind: str, **overrides: str) -> ServiceRunner:
-        env = service_env(app_database_url, **overrides)
-        url = env.text("RATION_DATABASE_URL", app_database_url)
-        if kind == "budget":
-            from budget_service.definition import factory
-            from budget_service.usecases.settings import BudgetSettings
-
-            bs = BudgetSettings.from_env(env)
-            runner = ServiceRunner(factory(bs), bs.server, Database(url, bs.database))
-        else:
-            from memory_service.definition import factory as mfactory
-            from memory_service.usecases.settings import MemorySettings
-
-            ms = MemorySettings.from_env(env)
-            runner = ServiceRunner(mfactory(ms), ms.server, Database(url, ms.database))
+        runner = registry.build_runner(kind, service_env(app_database_url, **overrides))
         await runner.start()
         runners.append(runner)
         await asyncio.wait_for(runner.ready.wait(), timeout=30)

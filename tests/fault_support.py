@@ -28,7 +28,7 @@ from conftest import _admin, service_env, with_database
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from memory_support import materialise
 
-from servicekit.db import Database
+from ration_server import registry
 from servicekit.server import ServiceRunner
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -236,18 +236,7 @@ def build_runner(kind: str, database_url: str, **overrides: str) -> ServiceRunne
     """A ServiceRunner for 'budget' or 'memory', configured as the `start_server` fixture does:
     connected as the session's application role."""
     database_url = pgroles.current().app_url(database_url)
-    env = service_env(database_url, **overrides)
-    if kind == "budget":
-        from budget_service.definition import factory
-        from budget_service.usecases.settings import BudgetSettings
-
-        bs = BudgetSettings.from_env(env)
-        return ServiceRunner(factory(bs), bs.server, Database(database_url, bs.database))
-    from memory_service.definition import factory as memory_factory
-    from memory_service.usecases.settings import MemorySettings
-
-    ms = MemorySettings.from_env(env)
-    return ServiceRunner(memory_factory(ms), ms.server, Database(database_url, ms.database))
+    return registry.build_runner(kind, service_env(database_url, **overrides), database_url)
 
 
 class ThreadedServer:
