@@ -7,10 +7,11 @@ from typing import Any
 
 import asyncpg
 import grpc
-from budget_support import Budget, policy, row_counts, rpc_error
 from google.rpc import error_details_pb2
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget, policy, row_counts
+from tests.support.errors import rpc_error
 
 RID = "req-1"
 LONG = "x" * 129

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import grpc
-from conftest import StartServer
 
 from ration.budget.v1 import budget_pb2, budget_service_pb2_grpc
 from ration.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
+from tests.support.servers import StartServer
 
 
 async def budget_capabilities(runner_port: int) -> budget_pb2.GetCapabilitiesResponse:

@@ -20,8 +20,15 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import grpc
 import pytest
-from budget_support import Budget, new_id, rpc_error
-from fuzz_support import (
+from google.rpc import error_details_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ration.budget.v1 import budget_pb2 as pb
+from ration.budget.v1 import budget_service_pb2
+from tests.support.budget import Budget, new_id
+from tests.support.errors import rpc_error
+from tests.support.fuzz import (
     FUZZ,
     Hints,
     Served,
@@ -31,12 +38,6 @@ from fuzz_support import (
     mangled_bytes,
     serve,
 )
-from google.rpc import error_details_pb2
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from ration.budget.v1 import budget_pb2 as pb
-from ration.budget.v1 import budget_service_pb2
 
 BUDGET = Target(
     budget_service_pb2.DESCRIPTOR.services_by_name["BudgetService"],

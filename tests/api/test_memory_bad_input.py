@@ -9,12 +9,13 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
 from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2
-from memory_support import Memory, entry, pb, request_id, row_counts, rpc_error
 
 from ration.memory.v1 import memory_pb2
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory, entry, pb, request_id, row_counts
+from tests.support.servers import StartServer
 
 ENTRY_ID = "mem_ent_" + "a" * 32
 PAST = timestamp_pb2.Timestamp(seconds=int((datetime.now(UTC) - timedelta(hours=1)).timestamp()))

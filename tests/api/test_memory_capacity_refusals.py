@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
 from google.rpc import error_details_pb2
-from memory_support import Memory, canonical_document, entry, request_id, row_counts, rpc_error
 
 from ration.memory.v1 import memory_pb2
 from servicekit.server import ServiceRunner
+from tests.support.errors import rpc_error
+from tests.support.manifests import canonical_document
+from tests.support.memory import Memory, entry, request_id, row_counts
+from tests.support.servers import StartServer
 
 LOWERED = {
     "RATION_MEMORY_MAX_ACTIVE_ENTRIES": "3",

@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import StartServer
 
 from bench.sizing import worst_case_texts
 from ration_client import MemoryClient, TenantBusy
 from servicekit.auth import digest
+from tests.support.servers import StartServer
 
 A_APPENDS = 6
 # One append's preparation (redaction, sizing, embedding of 12 × 64 KiB, about a second) far

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncpg
 import grpc
 import numpy as np
-from conftest import StartServer
 from google.rpc import error_details_pb2
-from memory_support import MEMORY_TABLES, Memory, entry, row_counts, rpc_error, scrape
 
 from memory_service.adapters.embedder import Embedder, from_bytes
 from ration.memory.v1 import memory_pb2 as m
+from tests.support.errors import rpc_error
+from tests.support.memory import MEMORY_TABLES, Memory, entry, row_counts
+from tests.support.servers import StartServer, scrape
 
 RUN_SECRET = "hunter2-correct-horse"
 # Fake credentials, assembled at runtime so that secret scanners do not flag this file.

@@ -12,13 +12,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
-from rpc_errors import decode
 
 from servicekit.auth import current_identity, digest
 from servicekit.db import Database
 from servicekit.errors import DomainError, ErrorKind, QuotaDetail
 from servicekit.server import ServiceApp, ServiceRunner
 from servicekit.settings import DatabaseSettings, Env, ServerSettings
+from tests.support.errors import decode
 
 SERVICE = "ration.test.v1.Probe"
 

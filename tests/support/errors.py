@@ -1,12 +1,16 @@
-"""Decoding google.rpc status details from a failed call, for assertions."""
+"""A failed call's status for assertions, decoded by ration_client's one decoder."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
-from google.rpc import error_details_pb2, status_pb2
+
+from ration_client.errors import status_details
+
+DetailT = TypeVar("DetailT")
 
 
 @dataclass
@@ -18,33 +22,27 @@ class RpcErrorDetails:
     metadata: dict[str, str] = field(default_factory=dict)
     details: list[Any] = field(default_factory=list)
 
-    def detail(self, kind: type) -> Any:
+    def detail(self, kind: type[DetailT]) -> DetailT | None:
         found = [d for d in self.details if isinstance(d, kind)]
         return found[0] if found else None
 
 
-_KINDS = (
-    error_details_pb2.BadRequest,
-    error_details_pb2.QuotaFailure,
-    error_details_pb2.PreconditionFailure,
-    error_details_pb2.RetryInfo,
-)
-
-
 def decode(error: grpc.aio.AioRpcError) -> RpcErrorDetails:
-    result = RpcErrorDetails(error.code(), error.details() or "")
-    for key, value in error.trailing_metadata() or ():
-        if key != "grpc-status-details-bin":
-            continue
-        status = status_pb2.Status.FromString(value)
-        for packed in status.details:
-            info = error_details_pb2.ErrorInfo()
-            if packed.Unpack(info):
-                result.reason, result.domain = info.reason, info.domain
-                result.metadata = dict(info.metadata)
-                continue
-            for kind in _KINDS:
-                message = kind()
-                if packed.Unpack(message):
-                    result.details.append(message)
-    return result
+    found = status_details(error)
+    return RpcErrorDetails(
+        error.code(),
+        error.details() or "",
+        found.reason,
+        found.domain,
+        dict(found.metadata),
+        list(found.details),
+    )
+
+
+async def rpc_error(call: Awaitable[Any]) -> RpcErrorDetails:
+    """The decoded status of a call that must fail."""
+    try:
+        await call
+    except grpc.aio.AioRpcError as error:
+        return decode(error)
+    raise AssertionError("the call succeeded but should have failed")

@@ -12,20 +12,17 @@ from typing import Any
 
 import asyncpg
 import grpc
-from fault_support import (
-    SERVING,
-    ThreadedServer,
-    changed_tables,
-    cloned_database,
-    fingerprint,
-    health_status,
-)
 from google.protobuf import message_factory
 from google.protobuf.descriptor import FieldDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from rpc_errors import decode
+
+from tests.support.errors import decode
+from tests.support.fingerprints import changed_tables, fingerprint
+from tests.support.health import SERVING, health_status
+from tests.support.postgres import cloned_database
+from tests.support.servers import ThreadedServer
 
 # Codes a served RPC may answer (DESIGN 11); never INTERNAL, UNKNOWN or a hang.
 DOCUMENTED_CODES = frozenset(

@@ -42,8 +42,6 @@ import asyncpg
 import grpc
 import pytest
 import yaml
-from conftest import with_database
-from procs import BIN, ROOT, Proc, clean_env
 
 from budget_service.api.servicer import BudgetServicer
 from memory_service.api.servicer import MemoryServicer
@@ -52,6 +50,8 @@ from ration.budget.v1 import budget_service_pb2, budget_service_pb2_grpc
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as ms
 from ration.memory.v1 import memory_service_pb2_grpc
+from tests.support.postgres import with_database
+from tests.support.procs import BIN, ROOT, Proc, clean_env
 
 pytestmark = pytest.mark.system
 

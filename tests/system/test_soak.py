@@ -33,15 +33,16 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
-from fault_support import Replicas, audit_budget, audit_memory, wait_for_no_overdue_holds
-from procs import BIN, Proc, clean_env
-from rpc_errors import decode
 
 from ration.budget.v1 import budget_pb2 as b
 from ration.budget.v1 import budget_service_pb2_grpc
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as mpb
 from ration.memory.v1 import memory_service_pb2_grpc
+from tests.support.audits import audit_budget, audit_memory, wait_for_no_overdue_holds
+from tests.support.errors import decode
+from tests.support.procs import BIN, Proc, clean_env
+from tests.support.replicas import Replicas
 
 SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "15"))
 BUDGET_CLIENTS = 6

@@ -14,7 +14,6 @@ from unittest import mock
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memory_support import tiktoken_encoding
 from tiktoken_ext import openai_public
 
 from memory_service.adapters.tokenizer import ENCODINGS, TokenCounter, packaged_data_dir
@@ -22,6 +21,7 @@ from memory_service.definition import factory
 from memory_service.domain.token_units import TokenUnit
 from memory_service.usecases.settings import MemorySettings
 from servicekit.settings import Env, SettingsError
+from tests.support.tokens import tiktoken_encoding
 
 CORPUS = (
     "plain ASCII: The quick brown fox jumps over the lazy dog.",
