@@ -186,7 +186,7 @@ async def test_bad_input_is_refused_with_field_violations_and_nothing_written(
         before = await row_counts(db)
         call: Callable[..., Any] = getattr(budget.stub, method)
         refused = await rpc_error(call(request))
-        bad = refused.detail(error_details_pb2.BadRequest)
+        bad = refused.require(error_details_pb2.BadRequest)
         got = (refused.code, refused.reason, sorted(v.field for v in bad.field_violations))
         if got != (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED", sorted(fields)):
             wrong.append(f"{method} ({name}): {got}")

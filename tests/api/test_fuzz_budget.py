@@ -181,6 +181,6 @@ async def test_a_refusal_with_a_thousand_violations_still_reads_as_validation_fa
     # Was RESOURCE_EXHAUSTED: the full BadRequest overflowed the client's metadata limit.
     error = await rpc_error(Budget(channel).stub.OpenRun(request, timeout=30))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
-    listed = error.detail(error_details_pb2.BadRequest).field_violations
+    listed = error.require(error_details_pb2.BadRequest).field_violations
     assert len(listed) <= 11
     assert listed[-1].description.endswith("more violations not listed")

@@ -144,7 +144,7 @@ async def test_an_out_of_range_expires_at_is_invalid_argument(
     later = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
     error = await rpc_error(Memory(memory_channel, "fz/ttl").append(entry("x", expires_at=later)))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
-    fields = [v.field for v in error.detail(error_details_pb2.BadRequest).field_violations]
+    fields = [v.field for v in error.require(error_details_pb2.BadRequest).field_violations]
     assert fields == ["entries[0].expires_at"]
 
 

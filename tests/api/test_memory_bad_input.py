@@ -137,7 +137,7 @@ async def test_each_bad_append_is_refused_with_its_field_and_writes_nothing(
             grpc.StatusCode.INVALID_ARGUMENT,
             "VALIDATION_FAILED",
         ), case
-        violations = error.detail(error_details_pb2.BadRequest).field_violations
+        violations = error.require(error_details_pb2.BadRequest).field_violations
         assert field in [v.field for v in violations], case
         for secret in request_.secrets:
             assert secret.value not in error.message, case
@@ -152,7 +152,7 @@ async def test_an_entry_id_already_written_cannot_be_appended_again(
     rows = await row_counts(db)
     error = await rpc_error(memory.append("other", entry("second", entry_id=ENTRY_ID)))
     assert error.reason == "VALIDATION_FAILED"
-    violation = error.detail(error_details_pb2.BadRequest).field_violations[0]
+    violation = error.require(error_details_pb2.BadRequest).field_violations[0]
     assert (violation.field, violation.description) == ("entries[1].entry_id", "already exists")
     assert await row_counts(db) == rows
 
@@ -210,7 +210,7 @@ async def test_bad_maintenance_requests_are_refused(
         request_.request_id, request_.memory_ref = request_id(), memory.ref
         error = await rpc_error(methods[type(request_)](request_))
         assert error.reason == "VALIDATION_FAILED", request_
-        violations = error.detail(error_details_pb2.BadRequest).field_violations
+        violations = error.require(error_details_pb2.BadRequest).field_violations
         assert field in [v.field for v in violations], request_
     assert await row_counts(db) == rows
 

@@ -108,7 +108,7 @@ async def test_refusal_names_dimension_limit_observed_persists_nothing_and_repea
                 "limit": str(limit),
                 "observed": str(observed),
             }
-            violation = error.detail(error_details_pb2.PreconditionFailure).violations[0]
+            violation = error.require(error_details_pb2.PreconditionFailure).violations[0]
             assert violation.subject == dimension
         assert errors[0] == errors[1] == errors[2]
         assert await memory.head() == head_before

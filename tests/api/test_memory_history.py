@@ -80,7 +80,7 @@ async def test_invalid_history_bounds_are_invalid_argument(
             grpc.StatusCode.INVALID_ARGUMENT,
             "VALIDATION_FAILED",
         )
-        violations = error.detail(error_details_pb2.BadRequest).field_violations
+        violations = error.require(error_details_pb2.BadRequest).field_violations
         assert [v.field for v in violations] == [field], (since, through)
 
 

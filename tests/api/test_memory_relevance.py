@@ -124,7 +124,7 @@ async def test_bad_search_requests_are_refused(
 
 
 async def capabilities(channel: grpc.aio.Channel) -> tuple[pb.GetCapabilitiesResponse, dict]:  # type: ignore[type-arg]
-    stub = memory_service_pb2_grpc.MemoryServiceStub(channel)
+    stub = memory_service_pb2_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
     reply = await stub.GetCapabilities(pb.GetCapabilitiesRequest())
     return reply, json.loads(reply.capabilities_json)["memory"]
 

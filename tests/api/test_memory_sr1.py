@@ -165,7 +165,7 @@ async def test_an_identifier_holding_a_request_secret_is_refused_without_the_val
     memory = Memory(memory_channel, f"sr1/{RUN_SECRET}")
     error = await rpc_error(memory.append("x", secrets={"db": RUN_SECRET}))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
-    (violation,) = error.detail(error_details_pb2.BadRequest).field_violations
+    (violation,) = error.require(error_details_pb2.BadRequest).field_violations
     assert violation.field == "memory_ref"
     assert RUN_SECRET not in error.message
     assert RUN_SECRET not in violation.description

@@ -118,7 +118,7 @@ async def test_domain_error_reaches_client_with_code_reason_and_detail(
     assert error.domain == "ration.test.v1"
     assert error.metadata == {"dimension": "cost", "limit": "1.0", "observed": "1.02"}
     assert len(error.details) == 1
-    assert error.detail(error_details_pb2.QuotaFailure).violations[0].subject == "cost"
+    assert error.require(error_details_pb2.QuotaFailure).violations[0].subject == "cost"
 
 
 async def test_unexpected_exception_is_internal_with_fixed_message_only(

@@ -171,17 +171,17 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
     )
     limit_then: dict[int, dict[str, int | None]] = {}
     for row in reversed(ledger):
-        key = (row["tenant_id"], row["run_id"])
-        run = runs[key]
+        run_key = (row["tenant_id"], row["run_id"])
+        run = runs[run_key]
         if row["decision"] == "grant":
             limit_then[row["entry_id"]] = {
-                s: None if run[f"max_{s}"] is None else run[f"max_{s}"] - later_delta[key][s]
+                s: None if run[f"max_{s}"] is None else run[f"max_{s}"] - later_delta[run_key][s]
                 for s in SUFFIXES
             }
         if row["decision"] == "resume":
             detail = json.loads(row["detail"]) if isinstance(row["detail"], str) else row["detail"]
             for name, amount in (detail or {}).get("delta", {}).items():
-                later_delta[key][DIMENSION_NAMES[name]] += amount
+                later_delta[run_key][DIMENSION_NAMES[name]] += amount
 
     balances: dict[Any, _Balance] = {}
 

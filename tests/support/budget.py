@@ -49,7 +49,7 @@ class Budget:
     """A thin typed client over the stub: fresh request ids unless one is given."""
 
     def __init__(self, channel: grpc.aio.Channel, metadata: tuple[tuple[str, str], ...] = ()):
-        self.stub = budget_service_pb2_grpc.BudgetServiceStub(channel)
+        self.stub = budget_service_pb2_grpc.BudgetServiceStub(channel)  # type: ignore[no-untyped-call]
         self.metadata = metadata
 
     async def open_run(
@@ -80,7 +80,7 @@ class Budget:
         model: str = "gpt-4o",
         request_id: str | None = None,
         ttl_seconds: int = 0,
-        mode: int = 0,
+        mode: pb.ReserveMode = pb.RESERVE_MODE_UNSPECIFIED,
         **estimate: int,
     ) -> pb.ReserveResponse:
         return await self.stub.Reserve(
@@ -121,7 +121,7 @@ class Budget:
         )
 
     async def close(
-        self, run_id: str, outcome: int = pb.RUN_OUTCOME_SUCCEEDED
+        self, run_id: str, outcome: pb.RunOutcome = pb.RUN_OUTCOME_SUCCEEDED
     ) -> pb.CloseRunResponse:
         return await self.stub.CloseRun(
             pb.CloseRunRequest(request_id=new_id(), run_id=run_id, outcome=outcome),
@@ -148,11 +148,11 @@ class Budget:
 
     async def put_scope(
         self,
-        scope: int,
+        scope: pb.Scope,
         scope_id: str,
-        kind: int = pb.SCOPE_BUDGET_KIND_PER_RUN_CAP,
-        window: int = 0,
-        enforcement: int = 0,
+        kind: pb.ScopeBudgetKind = pb.SCOPE_BUDGET_KIND_PER_RUN_CAP,
+        window: pb.Window = pb.WINDOW_UNSPECIFIED,
+        enforcement: pb.Enforcement = pb.ENFORCEMENT_UNSPECIFIED,
         **policy_fields: Any,
     ) -> pb.ScopeBudget:
         budget = pb.ScopeBudget(

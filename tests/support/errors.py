@@ -26,6 +26,12 @@ class RpcErrorDetails:
         found = [d for d in self.details if isinstance(d, kind)]
         return found[0] if found else None
 
+    def require(self, kind: type[DetailT]) -> DetailT:
+        """The detail of type `kind`, which the status must carry."""
+        found = self.detail(kind)
+        assert found is not None, f"no {kind.__name__} among {self.details}"
+        return found
+
 
 def decode(error: grpc.aio.AioRpcError) -> RpcErrorDetails:
     found = status_details(error)

@@ -37,7 +37,7 @@ class Memory:
     """One memory_ref through a real MemoryService stub; every write gets a fresh request_id."""
 
     def __init__(self, channel: grpc.aio.Channel, ref: str, token: str | None = None) -> None:
-        self.stub = memory_service_pb2_grpc.MemoryServiceStub(channel)
+        self.stub = memory_service_pb2_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
         self.ref = ref
         self.metadata = (("authorization", f"Bearer {token}"),) if token else None
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 import urllib.request
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from ration_server import registry
 from servicekit.server import ServiceRunner
@@ -31,12 +31,7 @@ def service_env(database_url: str, **overrides: str) -> Env:
 
 
 StartServer = Callable[..., Awaitable[ServiceRunner]]
-
-
-StartServer = Callable[..., Awaitable[ServiceRunner]]
-
-
-# --- databases and in-process servers with a module's lifetime ---------------------------------
+T = TypeVar("T")
 
 
 def build_runner(kind: str, database_url: str, **overrides: str) -> ServiceRunner:
@@ -51,7 +46,9 @@ class ThreadedServer:
     per-test event loops of a whole module."""
 
     def __init__(self, kind: str, database_url: str, **overrides: str) -> None:
-        self._build = lambda: build_runner(kind, database_url, **overrides)
+        self._build: Callable[[], ServiceRunner] = lambda: build_runner(
+            kind, database_url, **overrides
+        )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self.runner: ServiceRunner | None = None
@@ -61,8 +58,8 @@ class ThreadedServer:
         assert self.runner is not None
         return f"127.0.0.1:{self.runner.port}"
 
-    def _run(self, work: Awaitable[Any], timeout: float) -> Any:
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)  # type: ignore[arg-type]
+    def _run(self, work: Coroutine[Any, Any, T], timeout: float) -> T:
+        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)
 
     def start(self) -> ThreadedServer:
         self._thread.start()

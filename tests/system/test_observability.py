@@ -192,7 +192,7 @@ def caller(stub: Any, servicer: type) -> Callable[..., Any]:
 
 def budget_traffic(address: str, tag: str, traffic: Traffic) -> None:
     with grpc.insecure_channel(address) as channel:
-        stub = budget_service_pb2_grpc.BudgetServiceStub(channel)
+        stub = budget_service_pb2_grpc.BudgetServiceStub(channel)  # type: ignore[no-untyped-call]
         call = caller(stub, BudgetServicer)
         call("GetCapabilities", b.GetCapabilitiesRequest())
 
@@ -344,7 +344,7 @@ def budget_traffic(address: str, tag: str, traffic: Traffic) -> None:
 
 def memory_traffic(address: str, tag: str, traffic: Traffic) -> None:
     with grpc.insecure_channel(address) as channel:
-        call = caller(memory_service_pb2_grpc.MemoryServiceStub(channel), MemoryServicer)
+        call = caller(memory_service_pb2_grpc.MemoryServiceStub(channel), MemoryServicer)  # type: ignore[no-untyped-call]
         call("GetCapabilities", ms.GetCapabilitiesRequest())
 
         def append(
