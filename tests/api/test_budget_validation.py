@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import grpc
@@ -101,7 +101,7 @@ CASES: list[tuple[str, str, Any, list[str]]] = [
     (
         "CloseRun",
         "unknown outcome",
-        pb.CloseRunRequest(request_id=RID, run_id="r", outcome=9),
+        pb.CloseRunRequest(request_id=RID, run_id="r", outcome=cast(pb.RunOutcome, 9)),
         ["outcome"],
     ),
     (

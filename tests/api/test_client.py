@@ -31,7 +31,7 @@ from ration_client import errors as client_errors
 from tests.support.servers import StartServer
 
 
-class LoseFirstResponse(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+class LoseFirstResponse(grpc.aio.UnaryUnaryClientInterceptor):
     """Lets the first call of `method` reach the server, then reports UNAVAILABLE to the caller:
     the effect happened but the response was lost, as when a connection drops."""
 

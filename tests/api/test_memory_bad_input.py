@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import grpc
@@ -186,7 +186,10 @@ BAD_MAINTENANCE = [
     (pb.ForgetEntriesRequest(entry_ids=[ENTRY_ID], reason="r" * 257), "reason"),
     (pb.ReactivateEntriesRequest(entry_ids=[ENTRY_ID], reason="bell\a"), "reason"),
     (pb.OrganizeMemoryRequest(mode=memory_pb2.ORGANIZE_MODE_UNSPECIFIED), "mode"),
-    (pb.OrganizeMemoryRequest(mode=99), "mode"),  # an enum value this server does not know
+    (
+        pb.OrganizeMemoryRequest(mode=cast(memory_pb2.OrganizeMode, 99)),
+        "mode",
+    ),  # an enum value this server does not know
     (pb.CompactMemoryRequest(dry_run=True, limit=-1), "limit"),
     (pb.ReviseEntryRequest(entry_id="nope", entry=entry("x")), "entry_id"),
     (pb.ReviseEntryRequest(entry_id=ENTRY_ID, entry=entry("")), "entry.content"),

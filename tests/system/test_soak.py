@@ -28,7 +28,7 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import grpc
@@ -137,7 +137,9 @@ async def budget_episode(soak: Soak, rng: random.Random, run_id: str) -> None:
             break
         await budget_step(soak, rng, run_id)
     if rng.random() < 0.8:
-        closed = b.CloseRunRequest(request_id=rid(), run_id=run_id, outcome=rng.choice([1, 2, 3]))
+        closed = b.CloseRunRequest(
+            request_id=rid(), run_id=run_id, outcome=cast(b.RunOutcome, rng.choice([1, 2, 3]))
+        )
         await soak.call(soak.budget, "CloseRun", closed)
 
 
