@@ -9,28 +9,19 @@ from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
-from google.rpc import error_details_pb2, status_pb2
 
 from bench.stats import Histogram
+from ration_client.errors import status_details
 
 T = TypeVar("T")
 
-DETAILS_KEY = "grpc-status-details-bin"
 # Answers that mean "this RPC or feature does not exist here": the figure is not available.
 UNAVAILABLE_REASONS = frozenset({"RELEVANCE_UNAVAILABLE"})
 
 
 def error_reason(error: grpc.aio.AioRpcError) -> str:
     """`ErrorInfo.reason` from the rich status in the trailers, or an empty string."""
-    for key, value in error.trailing_metadata() or ():
-        if key != DETAILS_KEY or not isinstance(value, bytes):
-            continue
-        status = status_pb2.Status.FromString(value)
-        for detail in status.details:
-            info = error_details_pb2.ErrorInfo()
-            if detail.Unpack(info):
-                return str(info.reason)
-    return ""
+    return status_details(error).reason
 
 
 def describe(error: grpc.aio.AioRpcError) -> str:

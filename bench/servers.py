@@ -17,15 +17,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.echo import METHOD as ECHO_METHOD
+from ration_server import registry
 
 # What every worker prints once serving (counted, not parsed by line: workers share one log).
 READY = "ready: "
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVICE_NAMES = {
-    "budget": "ration.budget.v1.BudgetService",
-    "memory": "ration.memory.v1.MemoryService",
-}
 
 
 def _bindable(port: int) -> bool:
@@ -108,7 +105,8 @@ class ServerProcess:
                 return
             stub = health_pb2_grpc.HealthStub(channel)
             while True:
-                request = health_pb2.HealthCheckRequest(service=SERVICE_NAMES[self.name])
+                service_name = registry.definition(self.name).service_name
+                request = health_pb2.HealthCheckRequest(service=service_name)
                 if stub.Check(request, timeout=10).status == health_pb2.HealthCheckResponse.SERVING:
                     return
                 if time.monotonic() > deadline:

@@ -19,9 +19,11 @@ from budget_service.usecases.sweeper import Sweeper
 from budget_service.usecases.transactions import Transactions
 from ration.budget.v1 import budget_service_pb2_grpc
 from servicekit.db import Database
+from servicekit.definition import ServiceDefinition
 from servicekit.migrations import MigrationSet
 from servicekit.server import AppFactory, ServiceApp
 
+NAME = "budget"
 MIGRATIONS = MigrationSet("budget", "budget_service.store.migrations")
 
 
@@ -40,7 +42,7 @@ def factory(settings: BudgetSettings) -> AppFactory:
             budget_service_pb2_grpc.add_BudgetServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
 
         return ServiceApp(
-            name="budget",
+            name=NAME,
             service_name=SERVICE_NAME,
             error_domain="ration.budget.v1",
             migrations=[MIGRATIONS],
@@ -51,3 +53,12 @@ def factory(settings: BudgetSettings) -> AppFactory:
         )
 
     return build
+
+
+DEFINITION = ServiceDefinition(
+    name=NAME,
+    service_name=SERVICE_NAME,
+    migrations=(MIGRATIONS,),
+    settings=BudgetSettings.from_env,
+    factory=factory,
+)

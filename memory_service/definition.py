@@ -31,12 +31,14 @@ from memory_service.usecases.writes import MemoryWrites
 from ration.memory.v1 import memory_service_pb2_grpc
 from servicekit.cpu import CpuPool
 from servicekit.db import Database
+from servicekit.definition import ServiceDefinition
 from servicekit.errors import DomainError
 from servicekit.idempotency import forget_older_than
 from servicekit.migrations import MigrationSet
 from servicekit.server import AppFactory, ServiceApp
 from servicekit.settings import SettingsError
 
+NAME = "memory"
 # 0003 once created a role, which needs a superuser; its first text is still accepted (0005).
 MIGRATIONS = MigrationSet(
     "memory",
@@ -163,7 +165,7 @@ def factory(settings: MemorySettings) -> AppFactory:
                     log.warning("request log sweep failed", extra={"reason": error.reason})
 
         return ServiceApp(
-            name="memory",
+            name=NAME,
             service_name=SERVICE_NAME,
             error_domain="ration.memory.v1",
             migrations=[MIGRATIONS],
@@ -174,3 +176,12 @@ def factory(settings: MemorySettings) -> AppFactory:
         )
 
     return build
+
+
+DEFINITION = ServiceDefinition(
+    name=NAME,
+    service_name=SERVICE_NAME,
+    migrations=(MIGRATIONS,),
+    settings=MemorySettings.from_env,
+    factory=factory,
+)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -212,22 +213,39 @@ _DETAIL_KINDS = (
 )
 
 
-def decode(error: grpc.aio.AioRpcError) -> RationError:
-    """Maps a failed call to the exception class of its reason (or of its code)."""
-    reason, metadata, details = "", {}, []
+@dataclass(frozen=True)
+class StatusDetails:
+    """What a failed call's google.rpc.Status carries: its ErrorInfo and its typed details."""
+
+    reason: str = ""
+    domain: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    details: list[Any] = field(default_factory=list)
+
+
+def status_details(error: grpc.aio.AioRpcError) -> StatusDetails:
+    """The one decoder of `grpc-status-details-bin` (empty when the trailer is absent)."""
+    reason, domain, metadata, details = "", "", {}, []
     for key, value in error.trailing_metadata() or ():
-        if key != "grpc-status-details-bin":
+        if key != "grpc-status-details-bin" or not isinstance(value, bytes):
             continue
         status = status_pb2.Status.FromString(value)
         for packed in status.details:
             info = error_details_pb2.ErrorInfo()
             if packed.Unpack(info):
-                reason, metadata = info.reason, dict(info.metadata)
+                reason, domain, metadata = info.reason, info.domain, dict(info.metadata)
                 continue
             for kind in _DETAIL_KINDS:
                 message = kind()
                 if packed.Unpack(message):
                     details.append(message)
+    return StatusDetails(reason, domain, metadata, details)
+
+
+def decode(error: grpc.aio.AioRpcError) -> RationError:
+    """Maps a failed call to the exception class of its reason (or of its code)."""
+    found = status_details(error)
+    reason, metadata, details = found.reason, found.metadata, found.details
     code = error.code()
     cls = BY_REASON.get(reason)
     if cls is None:

@@ -8,44 +8,24 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 # Only light imports up here: main() installs the Ctrl-C handler first, so that a signal that
 # comes during the heavy imports (grpc, asyncpg, pgserver) is recorded, not raised mid-import.
+from ration_server import registry
 from servicekit import logs
 from servicekit.embedded import EmbeddedPostgresError
 from servicekit.logs import say
-from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
+from servicekit.settings import DatabaseSettings, Env, SettingsError
 from servicekit.shutdown import STOP, Interrupted, Stop
 
 if TYPE_CHECKING:
-    from servicekit.server import AppFactory, ServiceRunner
+    from servicekit.server import ServiceRunner
 
 # 128 + SIGINT: `migrate` or `demo` stopped before they finished. A server that is asked to
 # stop (`up`, `serve`) exits 0, at whatever moment of its start the signal came.
 INTERRUPTED = 130
-
-ServiceSpec = tuple[ServerSettings, DatabaseSettings, "AppFactory"]
-
-
-def _budget(env: Env) -> ServiceSpec:
-    from budget_service.definition import factory
-    from budget_service.usecases.settings import BudgetSettings
-
-    settings = BudgetSettings.from_env(env)
-    return settings.server, settings.database, factory(settings)
-
-
-def _memory(env: Env) -> ServiceSpec:
-    from memory_service.definition import factory
-    from memory_service.usecases.settings import MemorySettings
-
-    settings = MemorySettings.from_env(env)
-    return settings.server, settings.database, factory(settings)
-
-
-SERVICES: dict[str, Callable[[Env], ServiceSpec]] = {"budget": _budget, "memory": _memory}
 
 
 @contextlib.asynccontextmanager
@@ -83,22 +63,18 @@ async def serving(
 ) -> AsyncIterator[list[ServiceRunner]]:
     """Database, then each service; yields once all are SERVING. Leaving the block (normally,
     by Interrupted or by an error) stops whatever had started, in reverse order."""
-    from servicekit.db import Database
     from servicekit.ports import check_service_ports
-    from servicekit.server import ServiceRunner
 
-    built = [(name, *SERVICES[name](env)) for name in names]
-    for name, server, _, _ in built:  # before Postgres starts: a taken port fails at once
-        check_service_ports(name, server, grpc=not shared_port)
+    built = [registry.configure(name, env) for name in names]
+    for service in built:  # before Postgres starts: a taken port fails at once
+        check_service_ports(service.name, service.server, grpc=not shared_port)
     stop.check()
-    async with database_url(built[0][2], stop) as url:
+    async with database_url(built[0].database, stop) as url:
         runners: list[ServiceRunner] = []
         try:
-            for _, server, database, factory in built:
+            for service in built:
                 stop.check()
-                runner = ServiceRunner(
-                    factory, server, Database(url, database), reuse_port=shared_port
-                )
+                runner = service.runner(url, reuse_port=shared_port)
                 runners.append(runner)
                 await runner.start()
             await stop.race(_ready_or_failed(runners))
@@ -150,8 +126,6 @@ async def _serve(names: Sequence[str], env: Env, stop: Stop, shared_port: bool =
 async def _migrate(env: Env, stop: Stop) -> int:
     import asyncpg
 
-    from budget_service.definition import MIGRATIONS as BUDGET
-    from memory_service.definition import MIGRATIONS as MEMORY
     from servicekit.migrations import migrate
 
     settings = DatabaseSettings.from_env(env)
@@ -159,7 +133,7 @@ async def _migrate(env: Env, stop: Stop) -> int:
         # The owner role migrates: RATION_MIGRATE_DATABASE_URL when set, else the service URL.
         conn = await asyncpg.connect(settings.migrate_url or url)
         try:
-            applied = await stop.race(migrate(conn, [BUDGET, MEMORY]))
+            applied = await stop.race(migrate(conn, registry.all_migrations()))
         finally:
             await conn.close()
     say("\n".join(applied) if applied else "migrations: up to date")
@@ -190,10 +164,11 @@ async def _demo(budget: str | None, memory: str | None, env: Env, stop: Stop) ->
 async def _supervise(service: str, workers: int, env: Env, stop: Stop) -> int:
     from servicekit.workers import check_ports, supervise
 
-    server, database, _ = SERVICES[service](env)
-    check_ports(service, workers, server)
-    async with stop.watching(), database_url(database, stop) as url:
-        return await asyncio.to_thread(supervise, service, workers, url, stop)
+    configured = registry.configure(service, env)
+    check_ports(service, workers, configured.server)
+    command = registry.worker_command(service)
+    async with stop.watching(), database_url(configured.database, stop) as url:
+        return await asyncio.to_thread(supervise, command, service, workers, url, stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -205,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ration", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("up", help="both services on one database (embedded if none is set)")
-    for name in SERVICES:
+    for name in registry.SERVICES:
         sub = commands.add_parser(name, help=f"the {name} service")
         sub.add_argument("action", choices=["serve"])
         # Set by the supervisor of RATION_WORKERS > 1 for its workers only.
@@ -220,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         logs.configure(env.text("RATION_LOG_LEVEL", "INFO"), logs.log_format(env))
         if args.command == "up":
-            return asyncio.run(_serve(["budget", "memory"], env, stop))
+            return asyncio.run(_serve(registry.SERVICES, env, stop))
         if args.command == "migrate":
             return asyncio.run(_migrate(env, stop))
         if args.command == "demo":

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from servicekit.ports import check_free, listen_variables
@@ -45,13 +44,15 @@ def check_ports(service: str, workers: int, settings: ServerSettings) -> None:
             check_free(metrics_variable, settings.metrics_host, settings.metrics_port + index)
 
 
-def supervise(service: str, workers: int, database_url: str, stop: Stopping) -> int:
-    """Starts `workers` copies of `ration <service> serve`, passes a stop on as SIGTERM (and
-    stops all when one dies, for the platform to restart), reaps them. Not the main thread:
-    `stop` is set by the caller's signal handling."""
+def supervise(
+    command: Sequence[str], service: str, workers: int, database_url: str, stop: Stopping
+) -> int:
+    """Starts `workers` copies of `command` (the caller's: one worker of `service` on the
+    shared port), passes a stop on as SIGTERM (and stops all when one dies, for the platform to
+    restart), reaps them. Not the main thread: `stop` is set by the caller's signal handling."""
     children = [
         subprocess.Popen(
-            [sys.executable, "-m", "ration_server.cli", service, "serve", "--shared-port"],
+            list(command),
             env=worker_env(os.environ, service, index, database_url),
         )
         for index in range(workers)

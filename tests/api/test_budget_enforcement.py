@@ -6,10 +6,12 @@ import urllib.request
 
 import asyncpg
 import grpc
-from budget_support import USD, Budget, rpc_error, run_everything
-from conftest import StartServer
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import USD, Budget
+from tests.support.errors import rpc_error
+from tests.support.scenarios import run_everything
+from tests.support.servers import StartServer
 
 
 async def test_interrupt_then_resume_continues_with_raised_limits(

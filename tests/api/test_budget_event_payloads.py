@@ -5,16 +5,11 @@ from __future__ import annotations
 import asyncpg
 import grpc
 import pytest
-from budget_support import (
-    SCENARIOS,
-    Budget,
-    assert_openwop_payload,
-    leaking_keys,
-    run_everything,
-)
-from conftest import StartServer
 
 from budget_service.domain.events import OPENWOP_PAYLOAD_SCHEMAS
+from tests.support.budget import Budget, assert_openwop_payload, leaking_keys
+from tests.support.scenarios import SCENARIOS, run_everything
+from tests.support.servers import StartServer
 
 
 @pytest.mark.parametrize("enforce", ["hard", "advisory"])

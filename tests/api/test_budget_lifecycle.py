@@ -8,11 +8,12 @@ from pathlib import Path
 
 import asyncpg
 import grpc
-from budget_support import USD, Budget, new_id, rpc_error
-from conftest import StartServer
 
 from budget_service.domain.policy import Window, window_start
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import USD, Budget, new_id
+from tests.support.errors import rpc_error
+from tests.support.servers import StartServer
 
 
 def status(run: pb.Run, dimension: int, scope: int = pb.SCOPE_RUN) -> pb.DimensionStatus:

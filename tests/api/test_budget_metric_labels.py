@@ -9,11 +9,11 @@ import urllib.request
 from pathlib import Path
 
 import grpc
-from budget_support import USD, Budget
-from conftest import StartServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import USD, Budget
+from tests.support.servers import StartServer
 
 ADMIN = (("authorization", "Bearer admin-of-acme"),)
 # Identifiers a tenant chooses; none may show on an unauthenticated /metrics by default.

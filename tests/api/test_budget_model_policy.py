@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncpg
 import grpc
-from budget_support import Budget, rpc_error
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget
+from tests.support.errors import rpc_error
 
 
 async def holds(db: asyncpg.Connection, run_id: str) -> int:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncpg
 import grpc
-from budget_support import Budget, new_id, policy, rpc_error
 
 from budget_service.api import requests as convert
 from budget_service.domain.commands import OpenRun
 from budget_service.domain.fingerprints import legacy_open_run_fingerprint, open_run_fingerprint
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget, new_id, policy
+from tests.support.errors import rpc_error
 
 
 def command_of(run_id: str, **fields: int) -> OpenRun:

@@ -6,11 +6,12 @@ import asyncio
 
 import asyncpg
 import grpc
-from budget_support import Budget, new_id, row_counts, rpc_error
-from conftest import StartServer
 from google.rpc import error_details_pb2
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget, new_id, row_counts
+from tests.support.errors import rpc_error
+from tests.support.servers import StartServer
 
 
 def dimension(dimensions: list[pb.DimensionStatus], which: int) -> pb.DimensionStatus:

@@ -10,10 +10,11 @@ from pathlib import Path
 import asyncpg
 import grpc
 import pytest
-from budget_support import Budget, rpc_error
-from conftest import StartServer
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget
+from tests.support.errors import rpc_error
+from tests.support.servers import StartServer
 
 CEILING = 1000  # RATION_MAX_BUDGET_TOKENS of the server under test
 NOTE = "ticket OPS-42: raise for the nightly batch"

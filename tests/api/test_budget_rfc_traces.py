@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import grpc
-from budget_support import USD, Budget, rfc_cost_trace, rfc_tool_call_trace, rpc_error
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import USD, Budget
+from tests.support.errors import rpc_error
+from tests.support.scenarios import rfc_cost_trace, rfc_tool_call_trace
 
 
 async def test_cost_trace_crosses_exhausts_breaches_and_fails_the_run(

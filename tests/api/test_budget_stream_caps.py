@@ -10,14 +10,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from budget_support import Budget
-from conftest import StartServer
 from google.rpc import error_details_pb2
-from rpc_errors import RpcErrorDetails, decode
 
 from ration.budget.v1 import budget_pb2 as pb
 from ration_client import TooManyStreams
 from ration_client.errors import decode as client_decode
+from tests.support.budget import Budget
+from tests.support.errors import RpcErrorDetails, decode
+from tests.support.servers import StartServer
 
 CAP = 3
 READ_TIMEOUT = 15  # a bound on a hang, not a speed assertion

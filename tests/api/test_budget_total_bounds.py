@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncpg
 import grpc
-from budget_support import Budget, new_id, rpc_error
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rpc_errors import RpcErrorDetails, decode
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget, new_id
+from tests.support.errors import RpcErrorDetails, decode, rpc_error
 
 MAX_TOTAL = 2**63 - 1
 EXA = 10**18  # the largest cost amount one call may carry, in nanos

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import grpc
-from budget_support import Budget, policy, row_counts, rpc_error
 from google.rpc import error_details_pb2
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget, policy, row_counts
+from tests.support.errors import rpc_error
 
 RID = "req-1"
 LONG = "x" * 129
@@ -100,7 +101,7 @@ CASES: list[tuple[str, str, Any, list[str]]] = [
     (
         "CloseRun",
         "unknown outcome",
-        pb.CloseRunRequest(request_id=RID, run_id="r", outcome=9),
+        pb.CloseRunRequest(request_id=RID, run_id="r", outcome=cast(pb.RunOutcome, 9)),
         ["outcome"],
     ),
     (
@@ -185,7 +186,7 @@ async def test_bad_input_is_refused_with_field_violations_and_nothing_written(
         before = await row_counts(db)
         call: Callable[..., Any] = getattr(budget.stub, method)
         refused = await rpc_error(call(request))
-        bad = refused.detail(error_details_pb2.BadRequest)
+        bad = refused.require(error_details_pb2.BadRequest)
         got = (refused.code, refused.reason, sorted(v.field for v in bad.field_violations))
         if got != (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED", sorted(fields)):
             wrong.append(f"{method} ({name}): {got}")

@@ -6,11 +6,12 @@ import asyncio
 
 import asyncpg
 import grpc
-from budget_support import Budget, rpc_error
-from conftest import StartServer
 
 from budget_service.store.event_hub import LISTENER_NAME
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget
+from tests.support.errors import rpc_error
+from tests.support.servers import StartServer
 
 READ_TIMEOUT = 15  # a bound on a hang, not a speed assertion
 

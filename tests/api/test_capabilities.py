@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 
 import grpc
-from conftest import StartServer
 
 from ration.budget.v1 import budget_pb2, budget_service_pb2_grpc
 from ration.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
+from tests.support.servers import StartServer
 
 
 async def budget_capabilities(runner_port: int) -> budget_pb2.GetCapabilitiesResponse:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner_port}") as channel:
-        stub = budget_service_pb2_grpc.BudgetServiceStub(channel)
+        stub = budget_service_pb2_grpc.BudgetServiceStub(channel)  # type: ignore[no-untyped-call]
         return await stub.GetCapabilities(budget_pb2.GetCapabilitiesRequest())
 
 
@@ -61,7 +61,7 @@ async def test_memory_capabilities_follow_configuration(start_server: StartServe
         RATION_MEMORY_MAX_ENTRY_BYTES="2048",
     )
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
-        stub = memory_service_pb2_grpc.MemoryServiceStub(channel)
+        stub = memory_service_pb2_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
         reply = await stub.GetCapabilities(memory_service_pb2.GetCapabilitiesRequest())
     memory = json.loads(reply.capabilities_json)["memory"]
     assert memory["supported"] is True

@@ -8,7 +8,6 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
@@ -29,9 +28,10 @@ from ration_client import (
     usd,
 )
 from ration_client import errors as client_errors
+from tests.support.servers import StartServer
 
 
-class LoseFirstResponse(grpc.aio.UnaryUnaryClientInterceptor):  # type: ignore[misc]
+class LoseFirstResponse(grpc.aio.UnaryUnaryClientInterceptor):
     """Lets the first call of `method` reach the server, then reports UNAVAILABLE to the caller:
     the effect happened but the response was lost, as when a connection drops."""
 

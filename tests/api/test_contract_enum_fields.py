@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import grpc
-from budget_support import Budget, run_everything
-from memory_support import Memory, pb, rpc_error
 
 from ration.budget.v1 import budget_pb2
 from ration.memory.v1 import memory_pb2
+from tests.support.budget import Budget
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory, pb
+from tests.support.scenarios import run_everything
 
 EVENT_TYPES = {
     "budget.reserved": (budget_pb2.RUN_EVENT_TYPE_BUDGET_RESERVED, "budget_reserved"),

@@ -20,8 +20,15 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import grpc
 import pytest
-from budget_support import Budget, new_id, rpc_error
-from fuzz_support import (
+from google.rpc import error_details_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ration.budget.v1 import budget_pb2 as pb
+from ration.budget.v1 import budget_service_pb2
+from tests.support.budget import Budget, new_id
+from tests.support.errors import rpc_error
+from tests.support.fuzz import (
     FUZZ,
     Hints,
     Served,
@@ -31,12 +38,6 @@ from fuzz_support import (
     mangled_bytes,
     serve,
 )
-from google.rpc import error_details_pb2
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
-from ration.budget.v1 import budget_pb2 as pb
-from ration.budget.v1 import budget_service_pb2
 
 BUDGET = Target(
     budget_service_pb2.DESCRIPTOR.services_by_name["BudgetService"],
@@ -180,6 +181,6 @@ async def test_a_refusal_with_a_thousand_violations_still_reads_as_validation_fa
     # Was RESOURCE_EXHAUSTED: the full BadRequest overflowed the client's metadata limit.
     error = await rpc_error(Budget(channel).stub.OpenRun(request, timeout=30))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
-    listed = error.detail(error_details_pb2.BadRequest).field_violations
+    listed = error.require(error_details_pb2.BadRequest).field_violations
     assert len(listed) <= 11
     assert listed[-1].description.endswith("more violations not listed")

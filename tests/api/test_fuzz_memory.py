@@ -19,7 +19,15 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import grpc
 import pytest
-from fuzz_support import (
+from google.protobuf import timestamp_pb2
+from google.rpc import error_details_pb2
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ration.memory.v1 import memory_service_pb2
+from servicekit.timestamps import MAX_SECONDS, MIN_SECONDS
+from tests.support.errors import rpc_error
+from tests.support.fuzz import (
     FUZZ,
     Hints,
     Served,
@@ -29,14 +37,7 @@ from fuzz_support import (
     mangled_bytes,
     serve,
 )
-from google.protobuf import timestamp_pb2
-from google.rpc import error_details_pb2
-from hypothesis import given, settings
-from hypothesis import strategies as st
-from memory_support import Memory, entry, request_id, rpc_error
-
-from ration.memory.v1 import memory_service_pb2
-from servicekit.timestamps import MAX_SECONDS, MIN_SECONDS
+from tests.support.memory import Memory, entry, request_id
 
 MEMORY = Target(
     memory_service_pb2.DESCRIPTOR.services_by_name["MemoryService"],
@@ -143,7 +144,7 @@ async def test_an_out_of_range_expires_at_is_invalid_argument(
     later = timestamp_pb2.Timestamp(seconds=seconds, nanos=nanos)
     error = await rpc_error(Memory(memory_channel, "fz/ttl").append(entry("x", expires_at=later)))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
-    fields = [v.field for v in error.detail(error_details_pb2.BadRequest).field_violations]
+    fields = [v.field for v in error.require(error_details_pb2.BadRequest).field_violations]
     assert fields == ["entries[0].expires_at"]
 
 

@@ -6,9 +6,9 @@ import json
 
 import asyncpg
 import grpc
-from memory_support import Memory, rows_written_by_revision
 
 from memory_service.store import writes as store
+from tests.support.memory import Memory, rows_written_by_revision
 
 ONE_ENTRY_APPEND = {
     "memories": 1,  # the head advanced

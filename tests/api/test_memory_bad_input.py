@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
 from google.protobuf import timestamp_pb2
 from google.rpc import error_details_pb2
-from memory_support import Memory, entry, pb, request_id, row_counts, rpc_error
 
 from ration.memory.v1 import memory_pb2
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory, entry, pb, request_id, row_counts
+from tests.support.servers import StartServer
 
 ENTRY_ID = "mem_ent_" + "a" * 32
 PAST = timestamp_pb2.Timestamp(seconds=int((datetime.now(UTC) - timedelta(hours=1)).timestamp()))
@@ -136,7 +137,7 @@ async def test_each_bad_append_is_refused_with_its_field_and_writes_nothing(
             grpc.StatusCode.INVALID_ARGUMENT,
             "VALIDATION_FAILED",
         ), case
-        violations = error.detail(error_details_pb2.BadRequest).field_violations
+        violations = error.require(error_details_pb2.BadRequest).field_violations
         assert field in [v.field for v in violations], case
         for secret in request_.secrets:
             assert secret.value not in error.message, case
@@ -151,7 +152,7 @@ async def test_an_entry_id_already_written_cannot_be_appended_again(
     rows = await row_counts(db)
     error = await rpc_error(memory.append("other", entry("second", entry_id=ENTRY_ID)))
     assert error.reason == "VALIDATION_FAILED"
-    violation = error.detail(error_details_pb2.BadRequest).field_violations[0]
+    violation = error.require(error_details_pb2.BadRequest).field_violations[0]
     assert (violation.field, violation.description) == ("entries[1].entry_id", "already exists")
     assert await row_counts(db) == rows
 
@@ -185,7 +186,10 @@ BAD_MAINTENANCE = [
     (pb.ForgetEntriesRequest(entry_ids=[ENTRY_ID], reason="r" * 257), "reason"),
     (pb.ReactivateEntriesRequest(entry_ids=[ENTRY_ID], reason="bell\a"), "reason"),
     (pb.OrganizeMemoryRequest(mode=memory_pb2.ORGANIZE_MODE_UNSPECIFIED), "mode"),
-    (pb.OrganizeMemoryRequest(mode=99), "mode"),  # an enum value this server does not know
+    (
+        pb.OrganizeMemoryRequest(mode=cast(memory_pb2.OrganizeMode, 99)),
+        "mode",
+    ),  # an enum value this server does not know
     (pb.CompactMemoryRequest(dry_run=True, limit=-1), "limit"),
     (pb.ReviseEntryRequest(entry_id="nope", entry=entry("x")), "entry_id"),
     (pb.ReviseEntryRequest(entry_id=ENTRY_ID, entry=entry("")), "entry.content"),
@@ -209,7 +213,7 @@ async def test_bad_maintenance_requests_are_refused(
         request_.request_id, request_.memory_ref = request_id(), memory.ref
         error = await rpc_error(methods[type(request_)](request_))
         assert error.reason == "VALIDATION_FAILED", request_
-        violations = error.detail(error_details_pb2.BadRequest).field_violations
+        violations = error.require(error_details_pb2.BadRequest).field_violations
         assert field in [v.field for v in violations], request_
     assert await row_counts(db) == rows
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
 from google.rpc import error_details_pb2
-from memory_support import Memory, canonical_document, entry, request_id, row_counts, rpc_error
 
 from ration.memory.v1 import memory_pb2
 from servicekit.server import ServiceRunner
+from tests.support.errors import rpc_error
+from tests.support.manifests import canonical_document
+from tests.support.memory import Memory, entry, request_id, row_counts
+from tests.support.servers import StartServer
 
 LOWERED = {
     "RATION_MEMORY_MAX_ACTIVE_ENTRIES": "3",
@@ -106,7 +108,7 @@ async def test_refusal_names_dimension_limit_observed_persists_nothing_and_repea
                 "limit": str(limit),
                 "observed": str(observed),
             }
-            violation = error.detail(error_details_pb2.PreconditionFailure).violations[0]
+            violation = error.require(error_details_pb2.PreconditionFailure).violations[0]
             assert violation.subject == dimension
         assert errors[0] == errors[1] == errors[2]
         assert await memory.head() == head_before

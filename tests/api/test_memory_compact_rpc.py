@@ -9,11 +9,12 @@ from pathlib import Path
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
-from memory_support import Memory, entry, row_counts, rpc_error
 
 from ration.memory.v1 import memory_pb2
 from servicekit.auth import digest
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory, entry, row_counts
+from tests.support.servers import StartServer
 
 ENABLED = {"RATION_MEMORY_COMPACTION_ENABLED": "true"}
 AGE_ZERO = {**ENABLED, "RATION_MEMORY_MIN_TOMBSTONE_REVISIONS": "0"}

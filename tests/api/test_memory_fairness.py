@@ -9,11 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import StartServer
 
 from bench.sizing import worst_case_texts
 from ration_client import MemoryClient, TenantBusy
 from servicekit.auth import digest
+from tests.support.servers import StartServer
 
 A_APPENDS = 6
 # One append's preparation (redaction, sizing, embedding of 12 × 64 KiB, about a second) far
@@ -69,8 +69,8 @@ async def test_a_small_write_of_one_tenant_is_not_stalled_by_another_tenants_flo
         for next_done in asyncio.as_completed(floods):
             try:
                 await next_done
-            except TenantBusy as refused:
-                first_refusal = refused
+            except TenantBusy as busy:
+                first_refusal = busy
                 break
         assert first_refusal is not None, "tenant A was never refused"
         in_flight = {f"a{n}" for n, task in enumerate(floods) if not task.done()}

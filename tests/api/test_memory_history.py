@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncpg
 import grpc
-from conftest import StartServer
 from google.rpc import error_details_pb2
-from memory_support import Memory, pb, rpc_error
 
 from ration.memory.v1 import memory_pb2
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory, pb
+from tests.support.servers import StartServer
 
 
 async def grow(memory: Memory, revisions: int) -> None:
@@ -79,7 +80,7 @@ async def test_invalid_history_bounds_are_invalid_argument(
             grpc.StatusCode.INVALID_ARGUMENT,
             "VALIDATION_FAILED",
         )
-        violations = error.detail(error_details_pb2.BadRequest).field_violations
+        violations = error.require(error_details_pb2.BadRequest).field_violations
         assert [v.field for v in violations] == [field], (since, through)
 
 

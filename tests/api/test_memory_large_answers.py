@@ -4,11 +4,11 @@ never a transport error (DESIGN.md 4.5)."""
 from __future__ import annotations
 
 import grpc
-from conftest import StartServer
-from memory_support import Memory
 
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as pb
+from tests.support.memory import Memory
+from tests.support.servers import StartServer
 
 ENTRIES = 100
 ENTRY_CHARS = 60 * 1024

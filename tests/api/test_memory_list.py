@@ -9,11 +9,12 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
 from google.protobuf import timestamp_pb2
-from memory_support import Memory, entry, rpc_error
 
 from ration.memory.v1 import memory_pb2 as m
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory, entry
+from tests.support.servers import StartServer
 
 CHARS = m.TOKEN_COUNTER_CHARS
 

@@ -15,9 +15,10 @@ import uuid
 import grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memory_support import Memory, fresh_size
 
 from ration.memory.v1 import memory_pb2 as m
+from tests.support.memory import Memory
+from tests.support.tokens import fresh_size
 
 SNIPPETS = (
     "Grüße aus Köln, naïve café",

@@ -19,14 +19,16 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memory_support import Memory, canonical_document, entry, materialise, rpc_error
 
 from memory_service.domain.manifest import canonical_content
 from memory_service.store import reads as store_reads
 from servicekit.auth import DEV_TENANT
+from tests.support.errors import rpc_error
+from tests.support.manifests import canonical_document, materialise
+from tests.support.memory import Memory, entry
+from tests.support.servers import StartServer
 
 MIN_TOMBSTONE_REVISIONS = 2
 CONTENTS = ("alpha", "beta", "alpha", "Cafe\u0301 au lait", "party 🎉", "beta")

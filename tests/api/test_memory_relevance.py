@@ -10,13 +10,14 @@ import asyncpg
 import grpc
 import numpy as np
 import pytest
-from conftest import StartServer
-from memory_support import Memory, entry, rpc_error
 
 from memory_service.adapters.embedder import Embedder, EmbedderFiles, from_bytes
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as pb
 from ration.memory.v1 import memory_service_pb2_grpc
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory, entry
+from tests.support.servers import StartServer
 
 RELEVANT = "The customer prefers a window seat on long-haul flights."
 OTHERS = (
@@ -123,7 +124,7 @@ async def test_bad_search_requests_are_refused(
 
 
 async def capabilities(channel: grpc.aio.Channel) -> tuple[pb.GetCapabilitiesResponse, dict]:  # type: ignore[type-arg]
-    stub = memory_service_pb2_grpc.MemoryServiceStub(channel)
+    stub = memory_service_pb2_grpc.MemoryServiceStub(channel)  # type: ignore[no-untyped-call]
     reply = await stub.GetCapabilities(pb.GetCapabilitiesRequest())
     return reply, json.loads(reply.capabilities_json)["memory"]
 

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import grpc
 import pytest
-from budget_support import Budget
-from conftest import StartServer
-from memory_support import Memory, rpc_error
 
 from ration.budget.v1 import budget_pb2 as b
 from ration.memory.v1 import memory_pb2 as m
 from servicekit.auth import digest
+from tests.support.budget import Budget
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory
+from tests.support.servers import StartServer
 
 CHARS = m.TOKEN_COUNTER_CHARS
 ALPHA = (("authorization", "Bearer alpha-token"),)

@@ -14,12 +14,12 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
 from google.protobuf.message import Message
-from memory_support import MEMORY_TABLES, Memory, entry, pb, request_id, scrape
 
 from ration.memory.v1 import memory_pb2
 from servicekit.logs import JsonFormatter
+from tests.support.memory import MEMORY_TABLES, Memory, entry, pb, request_id
+from tests.support.servers import StartServer, scrape
 
 RUN_SECRET = "RunSecret0Horse9Battery"
 # Leak shapes of issue 17 item 3, each as (text, its secret part). Assembled at runtime so that

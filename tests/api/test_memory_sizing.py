@@ -6,14 +6,14 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from conftest import StartServer
-from memory_support import fresh_size
 
 from bench.sizing import worst_case_texts
 from memory_service.usecases.settings import MemorySettings
 from ration.memory.v1 import memory_pb2
 from ration_client import MemoryClient
 from servicekit.settings import Env
+from tests.support.servers import StartServer
+from tests.support.tokens import fresh_size
 
 MAX_ENTRY_BYTES = MemorySettings.from_env(Env({})).max_entry_size_bytes
 TEXTS = worst_case_texts(MAX_ENTRY_BYTES)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import asyncpg
 import grpc
 import numpy as np
-from conftest import StartServer
 from google.rpc import error_details_pb2
-from memory_support import MEMORY_TABLES, Memory, entry, row_counts, rpc_error, scrape
 
 from memory_service.adapters.embedder import Embedder, from_bytes
 from ration.memory.v1 import memory_pb2 as m
+from tests.support.errors import rpc_error
+from tests.support.memory import MEMORY_TABLES, Memory, entry, row_counts
+from tests.support.servers import StartServer, scrape
 
 RUN_SECRET = "hunter2-correct-horse"
 # Fake credentials, assembled at runtime so that secret scanners do not flag this file.
@@ -164,7 +165,7 @@ async def test_an_identifier_holding_a_request_secret_is_refused_without_the_val
     memory = Memory(memory_channel, f"sr1/{RUN_SECRET}")
     error = await rpc_error(memory.append("x", secrets={"db": RUN_SECRET}))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
-    (violation,) = error.detail(error_details_pb2.BadRequest).field_violations
+    (violation,) = error.require(error_details_pb2.BadRequest).field_violations
     assert violation.field == "memory_ref"
     assert RUN_SECRET not in error.message
     assert RUN_SECRET not in violation.description

@@ -11,8 +11,6 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
-from memory_support import Memory, rpc_error
 
 from memory_service.store import candidate_reads as store_candidates
 from memory_service.store import reads as store_reads
@@ -20,6 +18,9 @@ from memory_service.store import writes as store
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as pb
 from servicekit.auth import digest
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory
+from tests.support.servers import StartServer
 
 SHARED_REF = "shared/notes"
 SECRET_TEXT = "alpha's plan: the merger closes on Friday"

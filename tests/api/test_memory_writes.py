@@ -11,14 +11,15 @@ from pathlib import Path
 import asyncpg
 import grpc
 import pytest
-from conftest import StartServer
 from google.protobuf import timestamp_pb2
-from memory_support import MEMORY_TABLES, Memory, entry, request_id, rpc_error
 
 from memory_service.adapters.tokenizer import TokenCounter
 from memory_service.domain.token_units import TokenUnit
 from ration.memory.v1 import memory_pb2
 from servicekit.auth import digest
+from tests.support.errors import rpc_error
+from tests.support.memory import MEMORY_TABLES, Memory, entry, request_id
+from tests.support.servers import StartServer
 
 OPENAI_KEY = "sk-proj-" + "A1b2C3d4E5" * 4
 RUN_SECRET = "hunter2-but-longer"

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from conftest import StartServer
+from tests.support.servers import StartServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

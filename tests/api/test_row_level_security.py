@@ -11,11 +11,7 @@ from typing import Any
 
 import asyncpg
 import grpc
-import pgroles
 import pytest
-from budget_support import Budget, rpc_error
-from conftest import StartServer, all_migrations
-from memory_support import Memory
 from prometheus_client import CollectorRegistry
 
 from budget_service.adapters.metrics import BudgetMetrics
@@ -26,10 +22,16 @@ from budget_service.usecases.sweeper import Sweeper
 from budget_service.usecases.transactions import Transactions
 from memory_service.definition import MIGRATIONS as MEMORY
 from ration.budget.v1 import budget_pb2 as pb
+from ration_server import registry
 from servicekit.db import Database, enter_tenant
 from servicekit.dbrole import privilege_problem
 from servicekit.migrations import MigrationDrift, migrate, pending
 from servicekit.settings import Env
+from tests.support import dbroles
+from tests.support.budget import Budget
+from tests.support.errors import rpc_error
+from tests.support.memory import Memory
+from tests.support.servers import StartServer
 
 TENANT_TABLES = """
 SELECT n.nspname || '.' || c.relname AS name, c.relrowsecurity, c.relforcerowsecurity,
@@ -164,7 +166,7 @@ async def test_writes_for_another_tenant_are_refused_by_the_policy(
 
 
 async def test_forced_rls_filters_the_tables_owner_too(
-    budget_pair: tuple[Budget, Budget], database_url: str, db_roles: pgroles.Roles
+    budget_pair: tuple[Budget, Budget], database_url: str, db_roles: dbroles.Roles
 ) -> None:
     alpha, beta = budget_pair
     await alpha.open_run("run-a")
@@ -221,11 +223,11 @@ async def test_the_sweeper_expires_and_gauges_every_tenant_as_the_application_ro
 
 
 async def test_migrations_run_as_a_non_superuser_owner_on_a_fresh_database(
-    empty_database_url: str, db_roles: pgroles.Roles
+    empty_database_url: str, db_roles: dbroles.Roles
 ) -> None:
     app = await asyncpg.connect(db_roles.app_url(empty_database_url))
     try:  # what a service with RATION_MIGRATE_ON_START=false waits for, NOT_SERVING
-        assert "budget/0005_row_level_security" in await pending(app, all_migrations())
+        assert "budget/0005_row_level_security" in await pending(app, registry.all_migrations())
     finally:
         await app.close()
     owner = await asyncpg.connect(db_roles.owner_url(empty_database_url))
@@ -233,7 +235,7 @@ async def test_migrations_run_as_a_non_superuser_owner_on_a_fresh_database(
         assert not await owner.fetchval(
             "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
         )
-        applied = await migrate(owner, all_migrations())
+        applied = await migrate(owner, registry.all_migrations())
         assert "budget/0005_row_level_security" in applied
         assert "memory/0005_forced_rls" in applied
         assert "owns the tables" in str(await privilege_problem(owner, ["budget", "memory"]))
@@ -242,7 +244,7 @@ async def test_migrations_run_as_a_non_superuser_owner_on_a_fresh_database(
     app = await asyncpg.connect(db_roles.app_url(empty_database_url))
     try:
         assert await privilege_problem(app, ["budget", "memory"]) is None
-        assert await migrate(app, all_migrations()) == []  # nothing pending: only a check
+        assert await migrate(app, registry.all_migrations()) == []  # nothing pending: only a check
     finally:
         await app.close()
     written = await as_tenant(
@@ -263,13 +265,15 @@ async def test_a_database_that_applied_the_first_text_of_memory_0003_stays_valid
         " WHERE schema_name = 'memory' AND version = 3",
         first_text,
     )
-    assert await migrate(db, all_migrations()) == []  # accepted: no drift, nothing to apply
+    assert (
+        await migrate(db, registry.all_migrations()) == []
+    )  # accepted: no drift, nothing to apply
     await db.execute(
         "UPDATE public.ration_migrations SET checksum = 'edited'"
         " WHERE schema_name = 'memory' AND version = 3"
     )
     with pytest.raises(MigrationDrift):
-        await migrate(db, all_migrations())
+        await migrate(db, registry.all_migrations())
 
 
 async def test_every_upkeep_function_is_security_definer_and_not_executable_by_public(

@@ -9,9 +9,7 @@ from typing import Any
 
 import grpc
 import pytest
-from conftest import StartServer, service_env
 from prometheus_client import CollectorRegistry
-from rpc_errors import RpcErrorDetails, decode
 
 from budget_service.api import roles as budget_roles
 from budget_service.definition import factory as budget_factory
@@ -23,6 +21,8 @@ from servicekit.auth import check_role_table, digest
 from servicekit.db import Database
 from servicekit.server import ServiceRunner, service_methods
 from servicekit.settings import SettingsError
+from tests.support.errors import RpcErrorDetails, decode
+from tests.support.servers import StartServer, service_env
 
 TABLES = {"budget": budget_roles.REQUIRED_ROLES, "memory": memory_roles.REQUIRED_ROLES}
 SERVICES = {"budget": budget_roles.SERVICE_NAME, "memory": memory_roles.SERVICE_NAME}

@@ -12,13 +12,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
-from rpc_errors import decode
 
 from servicekit.auth import current_identity, digest
 from servicekit.db import Database
 from servicekit.errors import DomainError, ErrorKind, QuotaDetail
 from servicekit.server import ServiceApp, ServiceRunner
 from servicekit.settings import DatabaseSettings, Env, ServerSettings
+from tests.support.errors import decode
 
 SERVICE = "ration.test.v1.Probe"
 
@@ -120,7 +120,7 @@ async def test_domain_error_reaches_client_with_code_reason_and_detail(
     assert error.domain == "ration.test.v1"
     assert error.metadata == {"dimension": "cost", "limit": "1.0", "observed": "1.02"}
     assert len(error.details) == 1
-    assert error.detail(error_details_pb2.QuotaFailure).violations[0].subject == "cost"
+    assert error.require(error_details_pb2.QuotaFailure).violations[0].subject == "cost"
 
 
 async def test_unexpected_exception_is_internal_with_fixed_message_only(

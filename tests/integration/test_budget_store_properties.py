@@ -10,7 +10,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from budget_support import assert_ledger_matches_balances
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -37,6 +36,7 @@ from budget_service.usecases.transactions import Transactions
 from servicekit.db import Database
 from servicekit.errors import DomainError
 from servicekit.settings import Env
+from tests.support.audits import assert_ledger_matches_balances
 
 T, C, TC = Dimension.TOKENS, Dimension.COST, Dimension.TOOL_CALLS
 DIMS = (T, C, TC)

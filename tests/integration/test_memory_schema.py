@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncpg
 import pytest
-from memory_support import MEMORY_TABLES
 
 from servicekit.db import enter_tenant
+from tests.support.memory import MEMORY_TABLES
 
 # GIN cannot lead with a text column without btree_gin (absent from the embedded server); its
 # queries filter tenant_id and memory_id too, and under Citus it is per shard anyway.

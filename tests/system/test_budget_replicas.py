@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 import asyncpg
 import grpc
 import pytest
-from budget_support import Budget, assert_ledger_matches_balances
-from procs import BIN, Proc, clean_env
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.audits import assert_ledger_matches_balances
+from tests.support.budget import Budget
+from tests.support.procs import BIN, Proc, clean_env
 
 pytestmark = pytest.mark.system
 

@@ -7,11 +7,11 @@ import json
 import subprocess
 from pathlib import Path
 
-import pgroles
 import pytest
-from procs import BIN, Proc, clean_env
 
 from servicekit.auth import digest
+from tests.support import dbroles
+from tests.support.procs import BIN, Proc, clean_env
 
 pytestmark = pytest.mark.system
 
@@ -36,7 +36,7 @@ def served_as(url: str, token_file: Path, **extra: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("who", ["superuser", "owner"])
 def test_a_privileged_database_role_is_refused_with_exit_2_naming_the_override(
-    who: str, database_url: str, db_roles: pgroles.Roles, token_file: Path
+    who: str, database_url: str, db_roles: dbroles.Roles, token_file: Path
 ) -> None:
     url = database_url if who == "superuser" else db_roles.owner_url(database_url)
     done = subprocess.run(
@@ -65,7 +65,7 @@ def test_the_override_lets_a_superuser_role_serve(database_url: str, token_file:
 
 
 def test_the_application_role_serves_and_only_checks_the_schema(
-    database_url: str, db_roles: pgroles.Roles, token_file: Path
+    database_url: str, db_roles: dbroles.Roles, token_file: Path
 ) -> None:
     # RATION_MIGRATE_ON_START stays on (the default), with no owner URL: nothing is pending,
     # so the application role, which may create nothing, only reads the migrations ledger.

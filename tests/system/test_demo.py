@@ -9,7 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from procs import BIN, ROOT, Proc, clean_env, embedded_data_dir, processes_mentioning
+
+from tests.support.procs import BIN, ROOT, Proc, clean_env, embedded_data_dir, processes_mentioning
 
 pytestmark = pytest.mark.system
 

@@ -21,11 +21,11 @@ from collections.abc import AsyncIterator
 import asyncpg
 import grpc
 import pytest
-from budget_support import Budget, new_id
-from conftest import StartServer
-from fault_support import audit_budget, wait_for_no_overdue_holds
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.audits import audit_budget, wait_for_no_overdue_holds
+from tests.support.budget import Budget, new_id
+from tests.support.servers import StartServer
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 import asyncpg
 import grpc
 import pytest
-from fault_support import Replicas, audit_memory
-from procs import BIN, Proc, clean_env
-from rpc_errors import decode
 
 from ration.memory.v1 import memory_pb2, memory_service_pb2_grpc
 from ration.memory.v1 import memory_service_pb2 as pb
+from tests.support.audits import audit_memory
+from tests.support.errors import decode
+from tests.support.procs import BIN, Proc, clean_env
+from tests.support.replicas import Replicas
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 

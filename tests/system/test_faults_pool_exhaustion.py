@@ -17,12 +17,12 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
-from budget_support import Budget, new_id
-from conftest import StartServer
-from memory_support import Memory
-from rpc_errors import decode
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget, new_id
+from tests.support.errors import decode
+from tests.support.memory import Memory
+from tests.support.servers import StartServer
 
 pytestmark = pytest.mark.timeout(120)
 

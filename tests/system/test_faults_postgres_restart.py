@@ -25,19 +25,14 @@ from pathlib import Path
 import asyncpg
 import grpc
 import pytest
-from budget_support import Budget
-from fault_support import (
-    NOT_SERVING,
-    SERVING,
-    HealthWatch,
-    RestartablePostgres,
-    audit_budget,
-    wait_for_no_overdue_holds,
-)
-from procs import BIN, Proc, clean_env
-from rpc_errors import decode
 
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support.audits import audit_budget, wait_for_no_overdue_holds
+from tests.support.budget import Budget
+from tests.support.errors import decode
+from tests.support.health import NOT_SERVING, SERVING, HealthWatch
+from tests.support.postgres import RestartablePostgres
+from tests.support.procs import BIN, Proc, clean_env
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(240)]
 

@@ -13,14 +13,14 @@ from collections.abc import AsyncIterator
 import asyncpg
 import grpc
 import pytest
-from budget_support import Budget, new_id
-from conftest import StartServer
-from fault_support import changed_tables, fingerprint
-from memory_support import Memory, entry, rpc_error
-from rpc_errors import decode
 
 from ration.budget.v1 import budget_pb2 as pb
 from ration.memory.v1 import memory_service_pb2 as mpb
+from tests.support.budget import Budget, new_id
+from tests.support.errors import decode, rpc_error
+from tests.support.fingerprints import changed_tables, fingerprint
+from tests.support.memory import Memory, entry
+from tests.support.servers import StartServer
 
 # Small enough to keep the test short; the client deadline is far beyond it, so a hang would
 # show as DEADLINE_EXCEEDED rather than pass.

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from procs import BIN, clean_env
 
 from memory_service.adapters.tokenizer import packaged_data_dir
+from tests.support.procs import BIN, clean_env
 
 pytestmark = pytest.mark.system
 

@@ -10,11 +10,11 @@ import signal
 from pathlib import Path
 
 import pytest
-from procs import BIN, Proc, clean_env
 
 from bench.sizing import worst_case_texts
 from ration_client import MemoryClient
 from servicekit.auth import digest
+from tests.support.procs import BIN, Proc, clean_env
 
 pytestmark = pytest.mark.system
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from procs import BIN, ROOT, Proc, clean_env, embedded_data_dir, processes_mentioning
+
+from tests.support.procs import BIN, ROOT, Proc, clean_env, embedded_data_dir, processes_mentioning
 
 pytestmark = pytest.mark.system
 

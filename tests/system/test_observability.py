@@ -42,8 +42,6 @@ import asyncpg
 import grpc
 import pytest
 import yaml
-from conftest import with_database
-from procs import BIN, ROOT, Proc, clean_env
 
 from budget_service.api.servicer import BudgetServicer
 from memory_service.api.servicer import MemoryServicer
@@ -52,6 +50,8 @@ from ration.budget.v1 import budget_service_pb2, budget_service_pb2_grpc
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as ms
 from ration.memory.v1 import memory_service_pb2_grpc
+from tests.support.postgres import with_database
+from tests.support.procs import BIN, ROOT, Proc, clean_env
 
 pytestmark = pytest.mark.system
 
@@ -192,7 +192,7 @@ def caller(stub: Any, servicer: type) -> Callable[..., Any]:
 
 def budget_traffic(address: str, tag: str, traffic: Traffic) -> None:
     with grpc.insecure_channel(address) as channel:
-        stub = budget_service_pb2_grpc.BudgetServiceStub(channel)
+        stub = budget_service_pb2_grpc.BudgetServiceStub(channel)  # type: ignore[no-untyped-call]
         call = caller(stub, BudgetServicer)
         call("GetCapabilities", b.GetCapabilitiesRequest())
 
@@ -344,7 +344,7 @@ def budget_traffic(address: str, tag: str, traffic: Traffic) -> None:
 
 def memory_traffic(address: str, tag: str, traffic: Traffic) -> None:
     with grpc.insecure_channel(address) as channel:
-        call = caller(memory_service_pb2_grpc.MemoryServiceStub(channel), MemoryServicer)
+        call = caller(memory_service_pb2_grpc.MemoryServiceStub(channel), MemoryServicer)  # type: ignore[no-untyped-call]
         call("GetCapabilities", ms.GetCapabilitiesRequest())
 
         def append(

@@ -9,10 +9,10 @@ from google.rpc import error_details_pb2  # noqa: F401  (the local definitions t
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
-from procs import BIN, Proc, clean_env
 
 from ration.budget.v1 import budget_service_pb2  # noqa: F401
 from ration.memory.v1 import memory_service_pb2  # noqa: F401
+from tests.support.procs import BIN, Proc, clean_env
 
 pytestmark = pytest.mark.system
 

@@ -12,7 +12,8 @@ import asyncpg
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from procs import BIN, ROOT, Proc, clean_env, embedded_data_dir, processes_mentioning
+
+from tests.support.procs import BIN, ROOT, Proc, clean_env, embedded_data_dir, processes_mentioning
 
 pytestmark = pytest.mark.system
 

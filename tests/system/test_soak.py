@@ -28,20 +28,21 @@ import signal
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import grpc
 import pytest
-from fault_support import Replicas, audit_budget, audit_memory, wait_for_no_overdue_holds
-from procs import BIN, Proc, clean_env
-from rpc_errors import decode
 
 from ration.budget.v1 import budget_pb2 as b
 from ration.budget.v1 import budget_service_pb2_grpc
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as mpb
 from ration.memory.v1 import memory_service_pb2_grpc
+from tests.support.audits import audit_budget, audit_memory, wait_for_no_overdue_holds
+from tests.support.errors import decode
+from tests.support.procs import BIN, Proc, clean_env
+from tests.support.replicas import Replicas
 
 SOAK_SECONDS = float(os.environ.get("SOAK_SECONDS", "15"))
 BUDGET_CLIENTS = 6
@@ -136,7 +137,9 @@ async def budget_episode(soak: Soak, rng: random.Random, run_id: str) -> None:
             break
         await budget_step(soak, rng, run_id)
     if rng.random() < 0.8:
-        closed = b.CloseRunRequest(request_id=rid(), run_id=run_id, outcome=rng.choice([1, 2, 3]))
+        closed = b.CloseRunRequest(
+            request_id=rid(), run_id=run_id, outcome=cast(b.RunOutcome, rng.choice([1, 2, 3]))
+        )
         await soak.call(soak.budget, "CloseRun", closed)
 
 

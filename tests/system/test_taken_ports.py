@@ -9,7 +9,8 @@ import subprocess
 from collections.abc import Iterator
 
 import pytest
-from procs import BIN, Proc, clean_env
+
+from tests.support.procs import BIN, Proc, clean_env
 
 pytestmark = pytest.mark.system
 

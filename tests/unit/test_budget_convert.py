@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import cast
 
 import pytest
 
@@ -48,7 +49,9 @@ def test_unspecified_enums_take_documented_defaults_and_unknown_numbers_are_refu
     )
     assert command.mode is ReserveMode.ALL_OR_NOTHING
     with pytest.raises(DomainError) as refused:
-        convert.close_run(pb.CloseRunRequest(request_id="q", run_id="r", outcome=42))
+        convert.close_run(
+            pb.CloseRunRequest(request_id="q", run_id="r", outcome=cast(pb.RunOutcome, 42))
+        )
     assert violations(refused.value) == ["outcome"]
     _, closed = convert.close_run(
         pb.CloseRunRequest(request_id="q", run_id="r", outcome=pb.RUN_OUTCOME_FAILED)

@@ -25,7 +25,10 @@ from servicekit.settings import Env, ServerSettings, SettingsError
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
 COMPOSE = ROOT / "docker-compose.yml"
-RATION_SERVICES = {"budget": BudgetSettings, "memory": MemorySettings}
+RATION_SERVICES: dict[str, type[BudgetSettings] | type[MemorySettings]] = {
+    "budget": BudgetSettings,
+    "memory": MemorySettings,
+}
 # Addresses that bind every interface: /metrics has no authentication and must never use them.
 WILDCARDS = {"0.0.0.0", "::", "0:0:0:0:0:0:0:0", "", "*"}
 DEV_TOKENS = {

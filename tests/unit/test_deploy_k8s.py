@@ -23,7 +23,10 @@ K8S = ROOT / "deploy" / "k8s"
 # The oldest Kubernetes we promise (native gRPC probes are GA from 1.27) and the newest schemas.
 KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
 CUSTOM_KINDS = {"ServiceMonitor", "PrometheusRule"}
-SETTINGS = {"budget": BudgetSettings, "memory": MemorySettings}
+SETTINGS: dict[str, type[BudgetSettings] | type[MemorySettings]] = {
+    "budget": BudgetSettings,
+    "memory": MemorySettings,
+}
 Manifest = dict[str, Any]
 
 

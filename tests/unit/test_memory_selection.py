@@ -90,7 +90,7 @@ def test_exact_fit_and_exhausted_candidates_stop_by_none() -> None:
 
 
 def test_empty_candidates() -> None:
-    result = select_prefix([], token_budget=10, limit=1)
+    result = select_prefix(list[Candidate](), token_budget=10, limit=1)
     assert (result.selected, result.candidate_count, result.omitted_count) == ((), 0, 0)
     assert result.stopped_by is StoppedBy.NONE
 

@@ -14,7 +14,6 @@ from unittest import mock
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from memory_support import tiktoken_encoding
 from tiktoken_ext import openai_public
 
 from memory_service.adapters.tokenizer import ENCODINGS, TokenCounter, packaged_data_dir
@@ -22,6 +21,7 @@ from memory_service.definition import factory
 from memory_service.domain.token_units import TokenUnit
 from memory_service.usecases.settings import MemorySettings
 from servicekit.settings import Env, SettingsError
+from tests.support.tokens import tiktoken_encoding
 
 CORPUS = (
     "plain ASCII: The quick brown fox jumps over the lazy dog.",
@@ -64,7 +64,7 @@ def test_counts_equal_tiktoken_on_non_ascii_emoji_and_code(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.text(st.characters(exclude_categories=("Cs",)), max_size=300))
+@given(st.text(st.characters(exclude_categories=["Cs"]), max_size=300))
 def test_counts_equal_tiktoken_on_arbitrary_text(counter: TokenCounter, text: str) -> None:
     for unit in UNITS:
         assert counter.count(unit, text) == len(tiktoken_encoding(unit.value).encode_ordinary(text))

@@ -1,39 +1,20 @@
-"""Helpers of the fault, fuzz and soak tests: a restartable embedded Postgres, health polling,
-replica failover, write fingerprints, in-process servers on their own thread, and the audits
-that end every fault and soak test (ledger, balances, events and holds; revision chains and
-manifest bytes)."""
+"""The audits that end every fault and soak test, read back from the tables: the budget ledger,
+balances, events and holds; memory revision chains and manifest bytes."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import subprocess
-import threading
 import time
-import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import asyncpg
-import grpc
-import pgroles
-from budget_support import assert_ledger_matches_balances
-from conftest import _admin, service_env, with_database
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from memory_support import materialise
 
-from servicekit.db import Database
-from servicekit.server import ServiceRunner
-
-SERVING = health_pb2.HealthCheckResponse.SERVING
-NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
-UNREACHABLE = -1  # no answer at all (the process is gone or not listening yet)
+from tests.support.manifests import materialise
 
 # Column suffixes of the four budget dimensions, and their names in ledger `resume` details.
 SUFFIXES = ("tokens", "cost_nanos", "tool_calls", "retries")
@@ -45,247 +26,55 @@ DIMENSION_NAMES = {
 }
 
 
-# --- an embedded Postgres that a test may stop and start --------------------------------------
-
-
-class RestartablePostgres:
-    """pgserver in a directory of our own: `stop_fast` is `pg_ctl stop -m fast` (clients are
-    disconnected at once) and `start_again` brings the same data directory back on the same
-    socket, so the services' URL stays valid. The machine's shared Postgres is never touched."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir.resolve()
-        self._server: Any = None
-        self._socket_dir: Path | None = None
-
-    def start(self) -> str:
-        import pgserver
-
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.data_dir, 0o755)  # pgserver runs postgres unprivileged when we are root
-        self._server = pgserver.get_server(self.data_dir, cleanup_mode="stop")
-        self._socket_dir = self._server.get_postmaster_info().socket_dir
-        return str(self._server.get_uri())
-
-    def _pg_ctl(self, *args: str) -> None:
-        from pgserver._commands import POSTGRES_BIN_PATH
-
-        argv = [str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.data_dir), *args]
-        if self._server.system_user is not None:
-            argv = ["runuser", "-u", self._server.system_user, "--", *argv]
-        # No user= argument, so subprocess can vfork: a plain fork of a process whose gRPC
-        # threads are busy may crash the child before it execs.
-        subprocess.run(
-            argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60
+async def assert_ledger_matches_balances(db: asyncpg.Connection) -> None:
+    """Summing the ledger's deltas gives every run's and every pool's consumed and held, and
+    held equals the open holds; no hold ended twice."""
+    suffixes = ("tokens", "cost_nanos", "tool_calls", "retries")
+    cols = ", ".join(f"sum(consumed_{s}) AS c_{s}, sum(held_{s}) AS h_{s}" for s in suffixes)
+    runs = await db.fetch("SELECT * FROM budget.runs")
+    for run in runs:
+        totals = await db.fetchrow(
+            f"SELECT {cols} FROM budget.ledger WHERE tenant_id = $1 AND run_id = $2",
+            run["tenant_id"],
+            run["run_id"],
         )
-
-    def stop_fast(self) -> None:
-        self._pg_ctl("-w", "-m", "fast", "stop")
-
-    def start_again(self) -> None:
-        """The same data directory on the same socket directory, so the URL stays valid."""
-        self._pg_ctl(
-            "-w",
-            "-o",
-            '-h ""',
-            "-o",
-            f"-k {self._socket_dir}",
-            "-l",
-            str(self.data_dir / "log"),
-            "start",
+        holds = await db.fetchrow(
+            "SELECT "
+            + ", ".join(f"coalesce(sum(granted_{s}), 0) AS g_{s}" for s in suffixes)
+            + " FROM budget.holds WHERE tenant_id = $1 AND run_id = $2 AND state = 'open'",
+            run["tenant_id"],
+            run["run_id"],
         )
-
-    def close(self) -> None:
-        """Stops the server (pgserver's own cleanup only knows the first postmaster)."""
-        if self._server is not None:
-            with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
-                self.stop_fast()
-            server, self._server = self._server, None
-            with contextlib.suppress(Exception):
-                server.cleanup()
-
-
-# --- health ----------------------------------------------------------------------------------
-
-
-async def health_status(channel: grpc.aio.Channel, seconds: float = 1.0) -> int:
-    """The server's overall health status, or UNREACHABLE."""
-    stub = health_pb2_grpc.HealthStub(channel)
-    try:
-        reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=seconds)
-    except grpc.aio.AioRpcError:
-        return UNREACHABLE
-    return int(reply.status)
-
-
-@dataclass
-class HealthWatch:
-    """Polls a server's health and keeps the sequence of distinct statuses it reported."""
-
-    address: str
-    interval: float = 0.05
-    seen: list[int] = field(default_factory=list)
-    _task: asyncio.Task[None] | None = None
-
-    async def _poll(self) -> None:
-        async with grpc.aio.insecure_channel(self.address) as channel:
-            while True:
-                status = await health_status(channel)
-                if not self.seen or self.seen[-1] != status:
-                    self.seen.append(status)
-                await asyncio.sleep(self.interval)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._poll())
-
-    async def wait_for(self, status: int, within: float) -> None:
-        """Until the latest status is `status`; fails with the history after `within` s."""
-        deadline = time.monotonic() + within
-        while not (self.seen and self.seen[-1] == status):
-            assert time.monotonic() < deadline, f"health never became {status}: {self.seen}"
-            await asyncio.sleep(self.interval)
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-
-# --- replicas ----------------------------------------------------------------------------------
-
-RETRY_ELSEWHERE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-
-
-class Replicas:
-    """Stubs on every replica; `call` sends the same request (so the same request_id) to the
-    next replica when one answers UNAVAILABLE, as the real client does."""
-
-    def __init__(self, addresses: Sequence[str], stub_type: Callable[[grpc.aio.Channel], Any]):
-        self.channels = [grpc.aio.insecure_channel(a) for a in addresses]
-        self.stubs = [stub_type(c) for c in self.channels]
-        self.dead: set[int] = set()
-        self.failovers = 0
-
-    async def call(
-        self, prefer: int, method: str, request: Any, *, seconds: float = 10, attempts: int = 8
-    ) -> Any:
-        last: grpc.aio.AioRpcError | None = None
-        for attempt in range(attempts):
-            order = [prefer % len(self.stubs), *range(len(self.stubs))]
-            for index in dict.fromkeys(order):
-                if index in self.dead:
-                    continue
-                try:
-                    return await getattr(self.stubs[index], method)(request, timeout=seconds)
-                except grpc.aio.AioRpcError as error:
-                    if error.code() not in RETRY_ELSEWHERE:
-                        raise
-                    last = error
-                    self.failovers += 1
-            await asyncio.sleep(0.05 * (attempt + 1))
-        assert last is not None
-        raise last
-
-    async def close(self) -> None:
-        for channel in self.channels:
-            await channel.close()
-
-
-# --- fingerprints: did a call write anything? ----------------------------------------------------
-
-
-async def fingerprint(conn: asyncpg.Connection, schema: str) -> dict[str, tuple[int, int]]:
-    """Per table of `schema`: row count and a sum of row hashes, so that any insert, update or
-    delete changes it (the tables are read from the catalog, so new migrations are covered)."""
-    tables = await conn.fetch(
-        "SELECT table_name FROM information_schema.tables"
-        " WHERE table_schema = $1 AND table_type = 'BASE TABLE' ORDER BY table_name",
-        schema,
+        for s in suffixes:
+            assert (totals[f"c_{s}"] or 0) == run[f"consumed_{s}"], (run["run_id"], s)
+            assert (totals[f"h_{s}"] or 0) == run[f"held_{s}"], (run["run_id"], s)
+            assert holds[f"g_{s}"] == run[f"held_{s}"], (run["run_id"], s)
+    pools = await db.fetch("SELECT * FROM budget.pool_balances")
+    for pool in pools:
+        totals = await db.fetchrow(
+            f"SELECT {cols} FROM budget.ledger l WHERE l.tenant_id = $1 AND l.pools @> $2::jsonb",
+            pool["tenant_id"],
+            json.dumps(
+                [
+                    {
+                        "scope": pool["scope"],
+                        "scope_id": pool["scope_id"],
+                        "window_start": pool["window_start"].isoformat(),
+                    }
+                ]
+            ),
+        )
+        for s in suffixes:
+            assert (totals[f"c_{s}"] or 0) == pool[f"consumed_{s}"], (pool["scope_id"], s)
+            assert (totals[f"h_{s}"] or 0) == pool[f"held_{s}"], (pool["scope_id"], s)
+    twice = await db.fetchval(
+        "SELECT count(*) FROM (SELECT reservation_id FROM budget.ledger"
+        " WHERE decision IN ('consume', 'release', 'expire') AND reservation_id IS NOT NULL"
+        " AND (held_tokens < 0 OR held_cost_nanos < 0 OR held_tool_calls < 0"
+        " OR held_retries < 0 OR decision <> 'consume')"
+        " GROUP BY tenant_id, run_id, reservation_id HAVING count(*) > 1) t"
     )
-    parts = [
-        f"SELECT '{name}' AS name, count(*) AS n, coalesce(sum(hashtext(x::text)::bigint), 0)"
-        f' AS h FROM "{schema}"."{name}" x'
-        for name in (t["table_name"] for t in tables)
-    ]
-    rows = await conn.fetch(" UNION ALL ".join(parts))
-    return {r["name"]: (r["n"], r["h"]) for r in rows}
-
-
-def changed_tables(
-    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
-) -> list[str]:
-    return sorted(name for name in after if before.get(name) != after[name])
-
-
-# --- databases and in-process servers with a module's lifetime ---------------------------------
-
-
-@contextlib.contextmanager
-def cloned_database(pg_server_url: str, template: str, prefix: str = "ration_m") -> Iterator[str]:
-    """A migrated database for a whole module (the per-test `database_url` lives one test)."""
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    asyncio.run(_admin(pg_server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template}"'))
-    try:
-        yield with_database(pg_server_url, name)
-    finally:
-        asyncio.run(_admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-
-
-def build_runner(kind: str, database_url: str, **overrides: str) -> ServiceRunner:
-    """A ServiceRunner for 'budget' or 'memory', configured as the `start_server` fixture does:
-    connected as the session's application role."""
-    database_url = pgroles.current().app_url(database_url)
-    env = service_env(database_url, **overrides)
-    if kind == "budget":
-        from budget_service.definition import factory
-        from budget_service.usecases.settings import BudgetSettings
-
-        bs = BudgetSettings.from_env(env)
-        return ServiceRunner(factory(bs), bs.server, Database(database_url, bs.database))
-    from memory_service.definition import factory as memory_factory
-    from memory_service.usecases.settings import MemorySettings
-
-    ms = MemorySettings.from_env(env)
-    return ServiceRunner(memory_factory(ms), ms.server, Database(database_url, ms.database))
-
-
-class ThreadedServer:
-    """A real in-process server on its own event loop and thread, so one server can outlive the
-    per-test event loops of a whole module."""
-
-    def __init__(self, kind: str, database_url: str, **overrides: str) -> None:
-        self._build = lambda: build_runner(kind, database_url, **overrides)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self.runner: ServiceRunner | None = None
-
-    @property
-    def address(self) -> str:
-        assert self.runner is not None
-        return f"127.0.0.1:{self.runner.port}"
-
-    def _run(self, work: Awaitable[Any], timeout: float) -> Any:
-        return asyncio.run_coroutine_threadsafe(work, self._loop).result(timeout)  # type: ignore[arg-type]
-
-    def start(self) -> ThreadedServer:
-        self._thread.start()
-
-        async def start() -> ServiceRunner:
-            runner = self._build()
-            await runner.start()
-            await asyncio.wait_for(runner.ready.wait(), timeout=60)
-            return runner
-
-        self.runner = self._run(start(), 90)
-        return self
-
-    def stop(self) -> None:
-        if self.runner is not None:
-            self._run(self.runner.stop(), 30)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
+    assert twice == 0, "a hold ended more than once"
 
 
 # --- budget audit ---------------------------------------------------------------------------
@@ -312,7 +101,7 @@ async def audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
     """Everything DESIGN 3.7 promises, read back from the tables after a load:
 
     - the ledger's deltas sum to every run's and every pool's consumed and held, and held equals
-      the open holds (budget_support.assert_ledger_matches_balances);
+      the open holds (assert_ledger_matches_balances);
     - every run's events are numbered 1..n without gaps, and next_seq is n + 1;
     - every hold was granted by exactly one ledger row, and ended at most once: an ended hold by
       exactly one ledger row whose decision matches its state, an open one by none;
@@ -382,17 +171,17 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
     )
     limit_then: dict[int, dict[str, int | None]] = {}
     for row in reversed(ledger):
-        key = (row["tenant_id"], row["run_id"])
-        run = runs[key]
+        run_key = (row["tenant_id"], row["run_id"])
+        run = runs[run_key]
         if row["decision"] == "grant":
             limit_then[row["entry_id"]] = {
-                s: None if run[f"max_{s}"] is None else run[f"max_{s}"] - later_delta[key][s]
+                s: None if run[f"max_{s}"] is None else run[f"max_{s}"] - later_delta[run_key][s]
                 for s in SUFFIXES
             }
         if row["decision"] == "resume":
             detail = json.loads(row["detail"]) if isinstance(row["detail"], str) else row["detail"]
             for name, amount in (detail or {}).get("delta", {}).items():
-                later_delta[key][DIMENSION_NAMES[name]] += amount
+                later_delta[run_key][DIMENSION_NAMES[name]] += amount
 
     balances: dict[Any, _Balance] = {}
 

@@ -12,20 +12,17 @@ from typing import Any
 
 import asyncpg
 import grpc
-from fault_support import (
-    SERVING,
-    ThreadedServer,
-    changed_tables,
-    cloned_database,
-    fingerprint,
-    health_status,
-)
 from google.protobuf import message_factory
 from google.protobuf.descriptor import FieldDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from rpc_errors import decode
+
+from tests.support.errors import decode
+from tests.support.fingerprints import changed_tables, fingerprint
+from tests.support.health import SERVING, health_status
+from tests.support.postgres import cloned_database
+from tests.support.servers import ThreadedServer
 
 # Codes a served RPC may answer (DESIGN 11); never INTERNAL, UNKNOWN or a hang.
 DOCUMENTED_CODES = frozenset(
@@ -107,6 +104,7 @@ def _plausible(fd: FieldDescriptor, hints: Hints) -> st.SearchStrategy[Any]:
             return st.uuids().map(lambda u: "fuzz-reused-id" if u.hex[-1] == "7" else u.hex)
         return st.sampled_from(hints.strings.get(fd.name) or ["fz", "fz-1", "a b"])
     if fd.type == FieldDescriptor.TYPE_ENUM:
+        assert fd.enum_type is not None
         return st.sampled_from([v.number for v in fd.enum_type.values if v.number] or [0])
     if fd.type in INT_RANGES:
         known = hints.ints.get(fd.name)
@@ -125,6 +123,7 @@ def _hostile(fd: FieldDescriptor, hints: Hints) -> st.SearchStrategy[Any]:
     if fd.type in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
         return st.floats(width=32 if fd.type == FieldDescriptor.TYPE_FLOAT else 64)
     if fd.type == FieldDescriptor.TYPE_ENUM:
+        assert fd.enum_type is not None
         known_numbers = [v.number for v in fd.enum_type.values]
         return st.one_of(st.sampled_from(known_numbers), hostile_ints(-(2**31), 2**31 - 1))
     low, high = INT_RANGES[fd.type]
@@ -159,12 +158,9 @@ def hostile_messages(
         def scalar(fd: FieldDescriptor, hostile: bool = hostile) -> st.SearchStrategy[Any]:
             return _hostile(fd, hints) if hostile else _plausible(fd, hints)
 
-        is_map = fd.message_type is not None and fd.message_type.GetOptions().map_entry
-        if is_map:
-            key_fd, value_fd = (
-                fd.message_type.fields_by_name["key"],
-                fd.message_type.fields_by_name["value"],
-            )
+        entry_type = fd.message_type
+        if entry_type is not None and entry_type.GetOptions().map_entry:
+            key_fd, value_fd = entry_type.fields_by_name["key"], entry_type.fields_by_name["value"]
             most = draw(st.sampled_from([3, 3, 40])) if hostile else 2
             entries = draw(st.dictionaries(scalar(key_fd), scalar(value_fd), max_size=most))
             getattr(message, fd.name).update(entries)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pgroles
+from tests.support import dbroles
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = ROOT / ".venv" / "bin"
@@ -26,7 +26,7 @@ ADDRESS = re.compile(r"^(\w+)_service: grpc (\S+)\s+metrics (\S+)")
 def clean_env(**overrides: str) -> dict[str, str]:
     """The environment of a service process. A database of the test server given as
     DATABASE_URL or RATION_DATABASE_URL is handed over as users deploy it: the services connect
-    as the session's application role and migrate as its owner (tests/pgroles.py)."""
+    as the session's application role and migrate as its owner (tests/support/dbroles.py)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "RATION_DATABASE_URL")}
     env.update(
         RATION_BUDGET_LISTEN="127.0.0.1:0",
@@ -37,7 +37,7 @@ def clean_env(**overrides: str) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     env.update(overrides)
-    roles = pgroles.CURRENT
+    roles = dbroles.CURRENT
     for name in ("DATABASE_URL", "RATION_DATABASE_URL"):
         url = env.get(name)
         if url and roles is not None and roles.on_this_server(url):

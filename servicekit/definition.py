@@ -1,0 +1,64 @@
+"""What a service hands the composition root: its name, settings, migrations and app factory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from servicekit.settings import DatabaseSettings, Env, ServerSettings
+
+if TYPE_CHECKING:
+    from servicekit.migrations import MigrationSet
+    from servicekit.server import AppFactory, ServiceRunner
+
+
+class ServiceSettings(Protocol):
+    """A service's settings, as far as servicekit reads them."""
+
+    @property
+    def server(self) -> ServerSettings: ...
+
+    @property
+    def database(self) -> DatabaseSettings: ...
+
+
+SettingsT = TypeVar("SettingsT", bound=ServiceSettings)
+
+
+@dataclass(frozen=True)
+class Configured:
+    """A service configured from one environment, not yet started: its server and database
+    settings (checked before Postgres starts) and the factory of its app."""
+
+    name: str
+    server: ServerSettings
+    database: DatabaseSettings
+    factory: AppFactory
+
+    def runner(self, database_url: str, *, reuse_port: bool = False) -> ServiceRunner:
+        from servicekit.db import Database
+        from servicekit.server import ServiceRunner
+
+        return ServiceRunner(
+            self.factory, self.server, Database(database_url, self.database), reuse_port=reuse_port
+        )
+
+
+@dataclass(frozen=True)
+class ServiceDefinition(Generic[SettingsT]):
+    """One service, as its package exports it (`<service>/definition.py`): servicekit and the
+    composition root build it from this alone and import nothing else of the service."""
+
+    name: str  # as in `ration <name> serve` and the RATION_<NAME>_* variables
+    service_name: str  # the gRPC service's full name (health, reflection)
+    migrations: Sequence[MigrationSet]
+    settings: Callable[[Env], SettingsT]  # from the environment, validated
+    factory: Callable[[SettingsT], AppFactory]
+
+    def configure(self, env: Env) -> Configured:
+        settings = self.settings(env)
+        return Configured(self.name, settings.server, settings.database, self.factory(settings))
+
+
+AnyDefinition = ServiceDefinition[Any]
