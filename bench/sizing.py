@@ -16,7 +16,7 @@ from typing import Any
 import tiktoken
 import tiktoken.load
 
-from memory_service.adapters.tokenizer import ENCODINGS, TokenCounter, packaged_data_dir
+from memory_service.adapters.tokenizer import ENCODINGS, Tokenizer, packaged_data_dir
 
 MAX_ENTRY_BYTES = 64 * 1024  # RATION_MEMORY_MAX_ENTRY_BYTES' default
 REPEATS = 15
@@ -98,9 +98,9 @@ def _paired_medians(
 
 
 def measure(size_bytes: int = MAX_ENTRY_BYTES, repeats: int = REPEATS) -> dict[str, Any]:
-    """Per kind: our TokenCounter.sizes (every stored unit) and tiktoken's encode_ordinary of
+    """Per kind: our Tokenizer.sizes (every stored unit) and tiktoken's encode_ordinary of
     the same text in both encodings, median of `repeats`; `worst` names the slowest kind."""
-    counter = TokenCounter.load()
+    counter = Tokenizer.load()
     reference = tiktoken_reference()
     kinds: dict[str, dict[str, Any]] = {}
     for kind, text in worst_case_texts(size_bytes).items():

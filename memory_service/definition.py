@@ -11,14 +11,14 @@ from prometheus_client import CollectorRegistry
 from memory_service.adapters.budget_link import BudgetLink
 from memory_service.adapters.embedder import Embedder, EmbedderUnavailable
 from memory_service.adapters.metrics import ListMetrics, MemoryMetrics
-from memory_service.adapters.tokenizer import TokenCounter, TokenizerUnavailable
+from memory_service.adapters.tokenizer import Tokenizer, TokenizerUnavailable
 from memory_service.api.capabilities import MemoryCapabilities
 from memory_service.api.item_messages import MemoryItems
 from memory_service.api.roles import REQUIRED_ROLES, SERVICE_NAME
 from memory_service.api.servicer import MemoryServicer
 from memory_service.domain.capacity import CapacityBudget
 from memory_service.domain.compaction import CompactionPolicy
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.domain.write_input_rules import InputLimits
 from memory_service.usecases.candidate_cache import CandidateCache
 from memory_service.usecases.compaction import MemoryCompaction
@@ -107,7 +107,7 @@ def factory(settings: MemorySettings) -> AppFactory:
     budget, policy = _checked(settings)
     try:
         # Loaded and hash-verified once per process; entry sizes are computed at write only.
-        counter = TokenCounter.load(settings.tokenizer_dir)
+        counter = Tokenizer.load(settings.tokenizer_dir)
     except TokenizerUnavailable as error:
         raise SettingsError(f"the memory service cannot start: {error}") from None
     embedder = load_embedder(settings)
@@ -132,7 +132,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             Vectors(embedder, database, cpu) if embedder else None,
             link,
             ListMetrics(registry),
-            TokenUnit(settings.token_counter),
+            TokenCounter(settings.token_counter),
             settings.list_limit_cap,
             ResponseSize(settings.server.max_response_bytes, items.wire_size),
         )

@@ -1,6 +1,14 @@
 """Async Python client for ration: budgets around model calls, budgeted memory reads."""
 
-from ration_client.budget import Amounts, BudgetClient, BudgetPolicy, Hold, ModelPatterns, usd
+from ration_client.budget import (
+    Amounts,
+    BudgetClient,
+    BudgetPolicy,
+    Hold,
+    ModelPatterns,
+    Reservation,
+    usd,
+)
 from ration_client.errors import (
     BudgetExhausted,
     BudgetHeld,
@@ -38,6 +46,7 @@ __all__ = [
     "EntryInput",
     "HistoryWindowExceeded",
     "Hold",
+    "Reservation",
     "InvalidRequest",
     "MemoryClient",
     "ModelDenied",

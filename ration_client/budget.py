@@ -217,15 +217,15 @@ class BudgetClient(Client):
         estimate: budget_pb2.Amounts,
         ttl_seconds: int = 0,
         mode: budget_pb2.ReserveMode = budget_pb2.RESERVE_MODE_ALL_OR_NOTHING,
-    ) -> Hold:
+    ) -> Reservation:
         """`async with budget.call(run_id, model=…, estimate=…) as hold:` then
         `await hold.consume(usage)`. A hold not consumed inside the block is released on exit,
         also on errors and cancellation."""
-        return Hold(self, run_id, model, estimate, ttl_seconds, mode)
+        return Reservation(self, run_id, model, estimate, ttl_seconds, mode)
 
-    def tool_call(self, run_id: str, *, count: int = 1, ttl_seconds: int = 0) -> Hold:
+    def tool_call(self, run_id: str, *, count: int = 1, ttl_seconds: int = 0) -> Reservation:
         """A hold of `count` tool calls; consume it after the tool ran."""
-        return Hold(
+        return Reservation(
             self,
             run_id,
             "",
@@ -234,9 +234,9 @@ class BudgetClient(Client):
             budget_pb2.RESERVE_MODE_ALL_OR_NOTHING,
         )
 
-    def retry(self, run_id: str, *, ttl_seconds: int = 0) -> Hold:
+    def retry(self, run_id: str, *, ttl_seconds: int = 0) -> Reservation:
         """A hold of one retry, before re-running a failed step."""
-        return Hold(
+        return Reservation(
             self,
             run_id,
             "",
@@ -246,7 +246,7 @@ class BudgetClient(Client):
         )
 
 
-class Hold:
+class Reservation:
     """One reservation around one call: granted amounts in, usage out, never leaked."""
 
     def __init__(
@@ -276,7 +276,7 @@ class Hold:
     def granted(self) -> budget_pb2.Amounts:
         return self.reservation.granted
 
-    async def __aenter__(self) -> Hold:
+    async def __aenter__(self) -> Reservation:
         reply = await self._client.reserve(
             self.run_id,
             model=self.model,
@@ -313,3 +313,8 @@ class Hold:
         release = asyncio.ensure_future(self.release())
         with contextlib.suppress(Unavailable):
             await asyncio.shield(release)
+
+
+# The name this context manager had in earlier releases (DESIGN 3.9 says "hold"): kept so
+# that existing callers keep importing it.
+Hold = Reservation

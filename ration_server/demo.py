@@ -115,11 +115,11 @@ async def run_demo(
             prompt = "\n".join(item.content for item in listed.entries)
             try:
                 estimate = Amounts(tokens=2_000, cost_nanos=usd("0.004"))
-                async with budget.call(run_id, model=MODEL, estimate=estimate) as hold:
+                async with budget.call(run_id, model=MODEL, estimate=estimate) as reservation:
                     usage = fake_provider(prompt, turn)
                     billed["tokens"] += usage.input_tokens + usage.output_tokens
                     billed["cost (USD)"] += usage.cost_nanos
-                    await hold.consume(
+                    await reservation.consume(
                         Amounts(
                             tokens=usage.input_tokens + usage.output_tokens,
                             cost_nanos=usage.cost_nanos,

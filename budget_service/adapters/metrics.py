@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from budget_service.domain import events as ev
 from budget_service.domain.events import NANOS_PER_USD
 from budget_service.domain.policy import Dimension, Enforcement, Scope
-from budget_service.domain.run_state import Balance, BalanceRef, HoldState
+from budget_service.domain.run_state import Balance, BalanceRef, ReservationState
 from servicekit.labels import MetricLabels
 
 # Labels come from bounded sets only: dimensions, reasons, states and scope kinds are the
@@ -67,10 +67,10 @@ class Tally:
             elif isinstance(event, ev.CapBreached):
                 self.add("breaches", event.dimension.value, enforcement.value)
 
-    def holds_ended(self, states: Iterable[HoldState]) -> None:
+    def reservations_ended(self, states: Iterable[ReservationState]) -> None:
         for state in states:
             self.add("holds_ended", state.value)
-            if state is HoldState.EXPIRED:
+            if state is ReservationState.EXPIRED:
                 self.add("holds_expired")
                 self.add("decisions", "expire", "recorded", "")
 
@@ -129,7 +129,7 @@ class BudgetMetrics:
             "holds_expired": counter("holds_expired", "Holds that expired unconsumed."),
             "overruns": counter("overruns", "Consumes above their hold.", "dimension"),
         }
-        self.holds_open = Gauge(
+        self.reservations_open = Gauge(
             "ration_budget_holds_open", "Open, unexpired holds (all replicas).", registry=registry
         )
         pool_labels = ("scope", "rank") + (("tenant", "scope_id") if labels.tenant_labels else ())

@@ -25,8 +25,13 @@ from budget_service.domain.policy import (
     ModelVerdict,
     Scope,
 )
-from budget_service.domain.records import DimensionStatus, HoldRecord, RunRecord, StoredScopeBudget
-from budget_service.domain.run_state import HoldState, RunState
+from budget_service.domain.records import (
+    DimensionStatus,
+    ReservationRecord,
+    RunRecord,
+    StoredScopeBudget,
+)
+from budget_service.domain.run_state import ReservationState, RunState
 from budget_service.store.reads import StoredEvent
 from ration.budget.v1 import budget_pb2 as pb
 from servicekit.timestamps import timestamp
@@ -54,11 +59,11 @@ EVENT_TYPES = {
     ev.CapBreached.event_type: pb.RUN_EVENT_TYPE_CAP_BREACHED,
     ev.RunFailed.event_type: pb.RUN_EVENT_TYPE_RUN_FAILED,
 }
-HOLD_STATES = {
-    HoldState.OPEN: pb.RESERVATION_STATE_OPEN,
-    HoldState.CONSUMED: pb.RESERVATION_STATE_CONSUMED,
-    HoldState.RELEASED: pb.RESERVATION_STATE_RELEASED,
-    HoldState.EXPIRED: pb.RESERVATION_STATE_EXPIRED,
+RESERVATION_STATES = {
+    ReservationState.OPEN: pb.RESERVATION_STATE_OPEN,
+    ReservationState.CONSUMED: pb.RESERVATION_STATE_CONSUMED,
+    ReservationState.RELEASED: pb.RESERVATION_STATE_RELEASED,
+    ReservationState.EXPIRED: pb.RESERVATION_STATE_EXPIRED,
 }
 
 
@@ -137,36 +142,38 @@ def run(view: cmd.RunView) -> pb.Run:
     )
 
 
-def reservation(hold: HoldRecord) -> pb.Reservation:
+def reservation(record: ReservationRecord) -> pb.Reservation:
     return pb.Reservation(
-        reservation_id=hold.reservation_id,
-        run_id=hold.run_id,
-        model=hold.model,
-        requested=amounts(hold.requested),
-        granted=amounts(hold.granted),
-        state=HOLD_STATES[hold.state],
-        expires_at=timestamp(hold.expires_at),
-        created_at=timestamp(hold.created_at),
+        reservation_id=record.reservation_id,
+        run_id=record.run_id,
+        model=record.model,
+        requested=amounts(record.requested),
+        granted=amounts(record.granted),
+        state=RESERVATION_STATES[record.state],
+        expires_at=timestamp(record.expires_at),
+        created_at=timestamp(record.created_at),
     )
 
 
 def reserve(result: cmd.ReserveResult) -> pb.ReserveResponse:
     return pb.ReserveResponse(
-        reservation=reservation(result.hold),
+        reservation=reservation(result.reservation),
         dimensions=dimensions(result.dimensions),
         advisory_refusal_reason=result.advisory_refusal_reason,
     )
 
 
 def consume(result: cmd.ConsumeResult) -> pb.ConsumeResponse:
-    hold_state = (
-        HOLD_STATES[result.hold_state] if result.hold_state else pb.RESERVATION_STATE_UNSPECIFIED
+    reservation_state = (
+        RESERVATION_STATES[result.reservation_state]
+        if result.reservation_state
+        else pb.RESERVATION_STATE_UNSPECIFIED
     )
     return pb.ConsumeResponse(
         overrun=amounts(result.overrun),
         dimensions=dimensions(result.dimensions),
         state=STATES[result.state],
-        reservation_state=hold_state,
+        reservation_state=reservation_state,
     )
 
 

@@ -83,8 +83,8 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     ) -> pb.ReleaseResponse:
         tenant = current_identity().tenant
         mutation, command = convert.release(request)
-        hold = await self._reservations.release(tenant, mutation, command)
-        return pb.ReleaseResponse(reservation=out.reservation(hold))
+        reservation = await self._reservations.release(tenant, mutation, command)
+        return pb.ReleaseResponse(reservation=out.reservation(reservation))
 
     async def Check(
         self, request: pb.CheckRequest, context: grpc.aio.ServicerContext

@@ -23,7 +23,7 @@ from budget_service.domain.run_state import (
     Balances,
     Breach,
     Contention,
-    HoldState,
+    ReservationState,
     ReserveMode,
     RunState,
     RunStatus,
@@ -142,28 +142,32 @@ def _get(balances: Mapping[Dimension, Balance], dimension: Dimension) -> Balance
     return balances.get(dimension, Balance(None))
 
 
-def _settle(dimension: Dimension, balance: Balance, hold: int, used: int) -> Balance:
-    if hold > balance.held:
+def _settle(dimension: Dimension, balance: Balance, reservation: int, used: int) -> Balance:
+    if reservation > balance.held:
         # More than is held means a hold is being settled twice: a bug, never a client error.
-        raise ValueError(f"{dimension}: settling {hold} but only {balance.held} is held")
+        raise ValueError(f"{dimension}: settling {reservation} but only {balance.held} is held")
     ensure_total_fits(balance.consumed + used, dimension, "usage")
-    return replace(balance, consumed=balance.consumed + used, held=balance.held - hold)
+    return replace(balance, consumed=balance.consumed + used, held=balance.held - reservation)
 
 
-def apply_hold(balances: Mapping[Dimension, Balance], granted: Amounts) -> dict[Dimension, Balance]:
+def apply_reservation(
+    balances: Mapping[Dimension, Balance], granted: Amounts
+) -> dict[Dimension, Balance]:
     """A grant starts counting on one balance (apply it to the run and every pool)."""
     return {d: replace(b := _get(balances, d), held=b.held + granted.get(d, 0)) for d in Dimension}
 
 
-def settle_hold(
-    balances: Mapping[Dimension, Balance], hold: Amounts | None, usage: Amounts | None = None
+def settle_reservation(
+    balances: Mapping[Dimension, Balance], reservation: Amounts | None, usage: Amounts | None = None
 ) -> dict[Dimension, Balance]:
     """Consume (usage recorded, hold settled), release and expiry (no usage) on one balance.
 
     The run's side of a Consume goes through `apply_consume`, which also derives the events.
     """
-    hold, usage = hold or {}, usage or {}
-    return {d: _settle(d, _get(balances, d), hold.get(d, 0), usage.get(d, 0)) for d in Dimension}
+    reservation, usage = reservation or {}, usage or {}
+    return {
+        d: _settle(d, _get(balances, d), reservation.get(d, 0), usage.get(d, 0)) for d in Dimension
+    }
 
 
 def _stop(status: RunStatus, breach: Breach, on_exhaustion: OnExhaustion) -> Outcome:
@@ -200,7 +204,7 @@ def apply_reserve_breach(
 
 def apply_consume(
     balances: Mapping[Dimension, Balance],
-    hold: Amounts | None,
+    reservation: Amounts | None,
     usage: Amounts,
     budget: EffectiveBudget,
     status: RunStatus,
@@ -210,13 +214,15 @@ def apply_consume(
 
     Per touched (usage > 0) bounded dimension in order: budget.consumed, threshold.crossed (once),
     budget.exhausted (once), cap.breached if consumed > limit on an ACTIVE run; then a single
-    run.failed or INTERRUPTED in hard mode. Pools take the same usage through `settle_hold`.
+    run.failed or INTERRUPTED in hard mode. Pools take the same usage through `settle_reservation`.
     """
     crossed, exhausted, breached = set(status.crossed), set(status.exhausted), set(status.breached)
     hard, percent = enforcement is Enforcement.HARD, budget.threshold_percent
     events: list[ev.BudgetEvent] = []
-    settled = settle_hold(balances, hold, usage)
-    overrun = {d: u - (hold or {}).get(d, 0) for d, u in usage.items() if hold is not None}
+    settled = settle_reservation(balances, reservation, usage)
+    overrun = {
+        d: u - (reservation or {}).get(d, 0) for d, u in usage.items() if reservation is not None
+    }
     first_breach: Breach | None = None
     for d, after in settled.items():
         limit, consumed = after.limit, after.consumed
@@ -288,6 +294,10 @@ def apply_resume(
     return ResumeOutcome(new_status, (ev.BudgetReserved(new_budget, new_budget.scope),), new_budget)
 
 
-def effective_hold_state(state: HoldState, expires_at: datetime, now: datetime) -> HoldState:
+def effective_reservation_state(
+    state: ReservationState, expires_at: datetime, now: datetime
+) -> ReservationState:
     """An open hold past its expiry has already stopped counting, before the sweeper marks it."""
-    return HoldState.EXPIRED if state is HoldState.OPEN and now >= expires_at else state
+    return (
+        ReservationState.EXPIRED if state is ReservationState.OPEN and now >= expires_at else state
+    )

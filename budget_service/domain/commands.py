@@ -12,8 +12,13 @@ from budget_service.domain.policy import (
     Scope,
     ScopeBudgetKind,
 )
-from budget_service.domain.records import DimensionStatus, HoldRecord, RunRecord, StoredScopeBudget
-from budget_service.domain.run_state import HoldState, ReserveMode, RunOutcome, RunState
+from budget_service.domain.records import (
+    DimensionStatus,
+    ReservationRecord,
+    RunRecord,
+    StoredScopeBudget,
+)
+from budget_service.domain.run_state import ReservationState, ReserveMode, RunOutcome, RunState
 from budget_service.store.reads import PoolView, StoredEvent
 
 
@@ -95,7 +100,7 @@ class RunView:
 
 @dataclass(frozen=True)
 class ReserveResult:
-    hold: HoldRecord
+    reservation: ReservationRecord
     dimensions: list[DimensionStatus]
     advisory_refusal_reason: str
 
@@ -105,7 +110,7 @@ class ConsumeResult:
     overrun: Mapping[Dimension, int]
     dimensions: list[DimensionStatus]
     state: RunState
-    hold_state: HoldState | None
+    reservation_state: ReservationState | None
 
 
 @dataclass(frozen=True)

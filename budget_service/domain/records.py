@@ -21,7 +21,7 @@ from budget_service.domain.run_state import (
     Amounts,
     Balance,
     BalanceRef,
-    HoldState,
+    ReservationState,
     RunOutcome,
     RunStatus,
 )
@@ -122,13 +122,13 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
-class HoldRecord:
+class ReservationRecord:
     reservation_id: str
     run_id: str
     model: str
     requested: Mapping[Dimension, int]
     granted: Mapping[Dimension, int]
-    state: HoldState
+    state: ReservationState
     pools: tuple[PoolKey, ...]
     created_at: datetime
     expires_at: datetime
@@ -164,8 +164,10 @@ class RunChanges:
 
     run: RunRecord | None = None  # the run's new columns; None leaves the row untouched
     pools: dict[PoolKey, PoolBalance] = field(default_factory=dict)
-    new_hold: HoldRecord | None = None
-    ended: dict[str, HoldState] = field(default_factory=dict)  # reservation_id -> final state
+    new_reservation: ReservationRecord | None = None
+    ended: dict[str, ReservationState] = field(
+        default_factory=dict
+    )  # reservation_id -> final state
     ledger: list[LedgerEntry] = field(default_factory=list)
     events: list[ev.BudgetEvent] = field(default_factory=list)
     first_seq: int = 0  # the seq of events[0]

@@ -6,7 +6,13 @@ from collections.abc import Callable
 
 from budget_service.domain import events as ev
 from budget_service.domain.policy import ModelVerdict, Scope
-from budget_service.domain.run_state import Breach, Contention, HoldState, RunState, RunStatus
+from budget_service.domain.run_state import (
+    Breach,
+    Contention,
+    ReservationState,
+    RunState,
+    RunStatus,
+)
 from servicekit.errors import (
     DomainError,
     ErrorKind,
@@ -72,16 +78,16 @@ def ensure_resumable(status: RunStatus) -> None:
         raise run_state_error("RUN_NOT_INTERRUPTED", status.state, message)
 
 
-def consume_settles_hold(state: HoldState) -> bool:
+def consume_settles_reservation(state: ReservationState) -> bool:
     """Whether a Consume naming this hold settles it. Released or expired holds no longer count,
     so the usage is recorded unreserved (billed usage is never lost); consumed ones refuse."""
-    if state is HoldState.CONSUMED:
+    if state is ReservationState.CONSUMED:
         raise reservation_settled_error(state)
-    return state is HoldState.OPEN
+    return state is ReservationState.OPEN
 
 
-def ensure_can_release(state: HoldState) -> None:
-    if state is not HoldState.OPEN:
+def ensure_can_release(state: ReservationState) -> None:
+    if state is not ReservationState.OPEN:
         raise reservation_settled_error(state)
 
 
@@ -116,7 +122,7 @@ def budget_held_error(contention: Contention, retry_after_seconds: float = 1.0) 
     )
 
 
-def reservation_settled_error(state: HoldState) -> DomainError:
+def reservation_settled_error(state: ReservationState) -> DomainError:
     """RESERVATION_SETTLED: the hold already ended (consumed, released or expired)."""
     message = f"the reservation is already {state.value}"
     return DomainError(

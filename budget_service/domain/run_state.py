@@ -31,7 +31,7 @@ class ReserveMode(enum.StrEnum):
     UP_TO = "up_to"
 
 
-class HoldState(enum.StrEnum):
+class ReservationState(enum.StrEnum):
     """Each hold ends exactly once: consumed, released, or expired."""
 
     OPEN = "open"

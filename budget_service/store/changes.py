@@ -108,8 +108,8 @@ async def write(conn: asyncpg.Connection, tenant: str, run_id: str, changes: Run
         "request_id": changes.request_id,
         "runs": [rows.run_doc(changes.run, changes.advisory_refusals)] if changes.run else [],
         "pools": [rows.pool_doc(p) for p in changes.pools.values()],
-        "holds": [rows.hold_doc(changes.new_hold, changes.run.policy_version)]
-        if changes.new_hold and changes.run
+        "holds": [rows.reservation_doc(changes.new_reservation, changes.run.policy_version)]
+        if changes.new_reservation and changes.run
         else [],
         "ended": [{"reservation_id": r, "state": s.value} for r, s in changes.ended.items()],
         "ledger": [rows.ledger_doc(i, e) for i, e in enumerate(changes.ledger)],

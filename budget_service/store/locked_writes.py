@@ -9,7 +9,13 @@ from datetime import datetime
 import asyncpg
 
 from budget_service.domain.policy import BudgetLimits, Dimension, Scope, Window
-from budget_service.domain.records import HoldRecord, PoolBalance, PoolConfig, PoolKey, RunRecord
+from budget_service.domain.records import (
+    PoolBalance,
+    PoolConfig,
+    PoolKey,
+    ReservationRecord,
+    RunRecord,
+)
 from budget_service.domain.run_state import BalanceRef
 from budget_service.store import rows
 
@@ -169,7 +175,7 @@ async def lock_pools(
 
 async def expire_overdue(
     conn: asyncpg.Connection, tenant: str, run_id: str, pools: Sequence[PoolKey]
-) -> tuple[list[HoldRecord], dict[PoolKey, dict[Dimension, int]]]:
+) -> tuple[list[ReservationRecord], dict[PoolKey, dict[Dimension, int]]]:
     """Ends this run's overdue holds; returns them and other runs' overdue amounts per pool."""
     row = await conn.fetchrow(
         _EXPIRE,
@@ -179,7 +185,7 @@ async def expire_overdue(
         [k.ref.scope_id for k in pools],
         [k.window_start for k in pools],
     )
-    expired = [rows.hold_of(values) for values in row["expired"]]
+    expired = [rows.reservation_of(values) for values in row["expired"]]
     other = {
         rows.pool_key_of(scope, scope_id, window): dict(zip(Dimension, sums, strict=True))
         for scope, scope_id, window, *sums in row["other"]
@@ -187,12 +193,14 @@ async def expire_overdue(
     return expired, other
 
 
-async def get_hold(
+async def get_reservation(
     conn: asyncpg.Connection, tenant: str, run_id: str, reservation_id: str
-) -> HoldRecord | None:
+) -> ReservationRecord | None:
     row = await conn.fetchrow(_HOLD, tenant, run_id, reservation_id)
-    return None if row is None else rows.hold_of(row)
+    return None if row is None else rows.reservation_of(row)
 
 
-async def open_holds(conn: asyncpg.Connection, tenant: str, run_id: str) -> list[HoldRecord]:
-    return [rows.hold_of(r) for r in await conn.fetch(_OPEN_HOLDS, tenant, run_id)]
+async def open_reservations(
+    conn: asyncpg.Connection, tenant: str, run_id: str
+) -> list[ReservationRecord]:
+    return [rows.reservation_of(r) for r in await conn.fetch(_OPEN_HOLDS, tenant, run_id)]

@@ -277,7 +277,7 @@ async def overdue_runs(conn: asyncpg.Connection, limit: int) -> list[tuple[str, 
     return [(r["tenant_id"], r["run_id"]) for r in await conn.fetch(_OVERDUE_RUNS, limit)]
 
 
-async def count_open_holds(conn: asyncpg.Connection) -> int:
+async def count_open_reservations(conn: asyncpg.Connection) -> int:
     return int(await conn.fetchval(_OPEN_HOLDS))
 
 

@@ -20,12 +20,18 @@ from budget_service.domain.policy import (
     ScopeBudgetKind,
     Window,
 )
-from budget_service.domain.records import HoldRecord, LedgerEntry, PoolBalance, PoolKey, RunRecord
+from budget_service.domain.records import (
+    LedgerEntry,
+    PoolBalance,
+    PoolKey,
+    ReservationRecord,
+    RunRecord,
+)
 from budget_service.domain.run_state import (
     Amounts,
     BalanceRef,
     Breach,
-    HoldState,
+    ReservationState,
     RunOutcome,
     RunState,
     RunStatus,
@@ -168,7 +174,7 @@ HOLD_COLUMNS = (
 )
 
 
-def hold_of(values: Sequence[Any]) -> HoldRecord:
+def reservation_of(values: Sequence[Any]) -> ReservationRecord:
     """A hold from a row or tuple in HOLD_COLUMNS order."""
     requested = dict(zip(Dimension, values[3:7], strict=True))
     granted = dict(zip(Dimension, values[7:11], strict=True))
@@ -176,28 +182,28 @@ def hold_of(values: Sequence[Any]) -> HoldRecord:
         PoolKey(BalanceRef(Scope(s), i), w)
         for s, i, w in zip(values[12], values[13], values[14], strict=True)
     )
-    return HoldRecord(
+    return ReservationRecord(
         reservation_id=values[0],
         run_id=values[1],
         model=values[2],
         requested=requested,
         granted=granted,
-        state=HoldState(values[11]),
+        state=ReservationState(values[11]),
         pools=pools,
         created_at=values[15],
         expires_at=values[16],
     )
 
 
-def hold_doc(hold: HoldRecord, policy_version: int) -> dict[str, Any]:
+def reservation_doc(reservation: ReservationRecord, policy_version: int) -> dict[str, Any]:
     return {
-        "reservation_id": hold.reservation_id,
-        "model": hold.model,
-        **amounts_doc(hold.requested, "requested"),
-        **amounts_doc(hold.granted, "granted"),
-        **pool_arrays(hold.pools),
+        "reservation_id": reservation.reservation_id,
+        "model": reservation.model,
+        **amounts_doc(reservation.requested, "requested"),
+        **amounts_doc(reservation.granted, "granted"),
+        **pool_arrays(reservation.pools),
         "policy_version": policy_version,
-        "expires_at": hold.expires_at.isoformat(),
+        "expires_at": reservation.expires_at.isoformat(),
     }
 
 

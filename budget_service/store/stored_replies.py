@@ -15,15 +15,15 @@ from typing import Any
 
 from budget_service.domain.commands import ConsumeResult, ReserveResult
 from budget_service.domain.policy import WINDOW_EPOCH, Dimension, Scope
-from budget_service.domain.records import DimensionStatus, HoldRecord, PoolKey
-from budget_service.domain.run_state import BalanceRef, HoldState, RunState
+from budget_service.domain.records import DimensionStatus, PoolKey, ReservationRecord
+from budget_service.domain.run_state import BalanceRef, ReservationState, RunState
 
 _DIMENSIONS = tuple(Dimension)
 _MICROSECOND = timedelta(microseconds=1)
 # Enum lookups by value through dicts: calling the enum class is several times slower.
 _DIMENSION = {d.value: d for d in Dimension}
 _SCOPE = {s.value: s for s in Scope}
-_HOLD_STATE = {s.value: s for s in HoldState}
+_RESERVATION_STATE = {s.value: s for s in ReservationState}
 
 
 def _us(value: datetime) -> int:
@@ -42,28 +42,30 @@ def _amounts(values: Sequence[int]) -> dict[Dimension, int]:
     return dict(zip(_DIMENSIONS, values, strict=True))
 
 
-def hold_doc(hold: HoldRecord) -> dict[str, Any]:
+def reservation_doc(reservation: ReservationRecord) -> dict[str, Any]:
     return {
-        "id": hold.reservation_id,
-        "run": hold.run_id,
-        "model": hold.model,
-        "requested": _list(hold.requested),
-        "granted": _list(hold.granted),
-        "state": hold.state.value,
-        "pools": [[k.ref.scope.value, k.ref.scope_id, _us(k.window_start)] for k in hold.pools],
-        "created_us": _us(hold.created_at),
-        "expires_us": _us(hold.expires_at),
+        "id": reservation.reservation_id,
+        "run": reservation.run_id,
+        "model": reservation.model,
+        "requested": _list(reservation.requested),
+        "granted": _list(reservation.granted),
+        "state": reservation.state.value,
+        "pools": [
+            [k.ref.scope.value, k.ref.scope_id, _us(k.window_start)] for k in reservation.pools
+        ],
+        "created_us": _us(reservation.created_at),
+        "expires_us": _us(reservation.expires_at),
     }
 
 
-def hold_of(doc: Mapping[str, Any]) -> HoldRecord:
-    return HoldRecord(
+def reservation_of(doc: Mapping[str, Any]) -> ReservationRecord:
+    return ReservationRecord(
         reservation_id=doc["id"],
         run_id=doc["run"],
         model=doc["model"],
         requested=_amounts(doc["requested"]),
         granted=_amounts(doc["granted"]),
-        state=_HOLD_STATE[doc["state"]],
+        state=_RESERVATION_STATE[doc["state"]],
         pools=tuple(PoolKey(BalanceRef(_SCOPE[s], i), _time(w)) for s, i, w in doc["pools"]),
         created_at=_time(doc["created_us"]),
         expires_at=_time(doc["expires_us"]),
@@ -113,7 +115,7 @@ def _dumps(doc: Mapping[str, Any]) -> bytes:
 def reserve_bytes(result: ReserveResult) -> bytes:
     return _dumps(
         {
-            "hold": hold_doc(result.hold),
+            "hold": reservation_doc(result.reservation),
             "dimensions": statuses_doc(result.dimensions),
             "advisory_reason": result.advisory_refusal_reason,
         }
@@ -123,7 +125,7 @@ def reserve_bytes(result: ReserveResult) -> bytes:
 def reserve_of(data: bytes) -> ReserveResult:
     doc = json.loads(data)
     return ReserveResult(
-        hold_of(doc["hold"]), statuses_of(doc["dimensions"]), doc["advisory_reason"]
+        reservation_of(doc["hold"]), statuses_of(doc["dimensions"]), doc["advisory_reason"]
     )
 
 
@@ -133,7 +135,7 @@ def consume_bytes(result: ConsumeResult) -> bytes:
             "overrun": _list(result.overrun),
             "dimensions": statuses_doc(result.dimensions),
             "state": result.state.value,
-            "hold_state": result.hold_state.value if result.hold_state else None,
+            "hold_state": result.reservation_state.value if result.reservation_state else None,
         }
     )
 
@@ -141,18 +143,18 @@ def consume_bytes(result: ConsumeResult) -> bytes:
 def consume_of(data: bytes) -> ConsumeResult:
     doc = json.loads(data)
     overrun = {d: n for d, n in _amounts(doc["overrun"]).items() if n > 0}
-    hold_state = doc["hold_state"]
+    reservation_state = doc["hold_state"]
     return ConsumeResult(
         overrun,
         statuses_of(doc["dimensions"]),
         RunState(doc["state"]),
-        _HOLD_STATE[hold_state] if hold_state else None,
+        _RESERVATION_STATE[reservation_state] if reservation_state else None,
     )
 
 
-def release_bytes(hold: HoldRecord) -> bytes:
-    return _dumps({"hold": hold_doc(hold)})
+def release_bytes(reservation: ReservationRecord) -> bytes:
+    return _dumps({"hold": reservation_doc(reservation)})
 
 
-def release_of(data: bytes) -> HoldRecord:
-    return hold_of(json.loads(data)["hold"])
+def release_of(data: bytes) -> ReservationRecord:
+    return reservation_of(json.loads(data)["hold"])

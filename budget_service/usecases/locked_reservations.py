@@ -17,7 +17,7 @@ from budget_service.adapters.metrics import Tally
 from budget_service.domain.accounting import (
     apply_reserve_breach,
     decide_reserve,
-    effective_hold_state,
+    effective_reservation_state,
 )
 from budget_service.domain.commands import (
     Consume,
@@ -28,11 +28,11 @@ from budget_service.domain.commands import (
     ReserveResult,
 )
 from budget_service.domain.policy import Enforcement, Scope, model_verdict
-from budget_service.domain.records import HoldRecord, amounts
+from budget_service.domain.records import ReservationRecord, amounts
 from budget_service.domain.refusals import (
     budget_exhausted_error,
     budget_held_error,
-    consume_settles_hold,
+    consume_settles_reservation,
     ensure_can_release,
     ensure_can_reserve,
     model_denied_error,
@@ -41,7 +41,7 @@ from budget_service.domain.refusals import (
     run_not_found,
     run_state_error,
 )
-from budget_service.domain.run_state import HoldState, RunState
+from budget_service.domain.run_state import ReservationState, RunState
 from budget_service.store import locked_writes as store
 from budget_service.store import stored_replies as replies
 from budget_service.usecases.locked_run import RunUnit
@@ -117,26 +117,26 @@ class LockedReservations:
             judged = (decision.breach, decision.contention)
             reason = reserve_refusal(run.status, verdict if command.model else None, lambda: judged)
             pools = sorted(unit.current, key=lambda ref: ref.sort_key)
-            hold = HoldRecord(
+            reservation = ReservationRecord(
                 reservation_id=reservation_id,
                 run_id=command.run_id,
                 model=command.model,
                 requested=amounts(command.estimate),
                 granted=amounts(decision.granted),
-                state=HoldState.OPEN,
+                state=ReservationState.OPEN,
                 pools=tuple(unit.current[ref] for ref in pools),
                 created_at=unit.now,
                 expires_at=unit.now + timedelta(seconds=ttl),
             )
-            unit.grant(hold, reason)
+            unit.grant(reservation, reason)
             await unit.write(conn)
-            tally.holds_ended(unit.hold_ends)
+            tally.reservations_ended(unit.reservation_ends)
             tally.events(unit.events, enforcement)
             tally.decision("reserve", "advisory_refused" if reason else "granted", reason)
             if reason:
                 tally.add("advisory_refusals", reason)
             tally.add("holds_opened")
-            return ReserveResult(hold, unit.statuses(), reason)
+            return ReserveResult(reservation, unit.statuses(), reason)
 
         data = await self._tx.mutate(tenant, mutation, work, replies.reserve_bytes)
         return replies.reserve_of(data)
@@ -154,7 +154,7 @@ class LockedReservations:
         `scope` is whose balance or policy refused (the run's own state: the run)."""
         unit.refuse(error.reason, command.model, command.estimate)
         await unit.write(conn)
-        tally.holds_ended(unit.hold_ends)
+        tally.reservations_ended(unit.reservation_ends)
         tally.events(unit.events, Enforcement.HARD)
         tally.refused(error.reason, scope)
         return error
@@ -162,58 +162,62 @@ class LockedReservations:
     async def consume(self, tenant: str, mutation: Mutation, command: Consume) -> ConsumeResult:
         async def work(conn: asyncpg.Connection, tally: Tally) -> ConsumeResult:
             unit = await self._lock(conn, tenant, mutation, command.run_id, command.reservation_id)
-            hold, hold_state = None, None
+            reservation, reservation_state = None, None
             if command.reservation_id:
-                found = await self._hold(conn, tenant, unit, command.reservation_id)
+                found = await self._reservation(conn, tenant, unit, command.reservation_id)
                 # A released or expired hold no longer counts: the usage is recorded without
                 # it, because the provider billed it; a consumed one refuses (RESERVATION_SETTLED).
-                hold = found if consume_settles_hold(found.state) else None
-                hold_state = HoldState.CONSUMED if hold else found.state
+                reservation = found if consume_settles_reservation(found.state) else None
+                reservation_state = ReservationState.CONSUMED if reservation else found.state
             enforcement = unit.enforcement(self._tx.host_advisory)
             outcome = unit.consume(
-                hold, command.model, command.usage, enforcement, command.reservation_id or None
+                reservation,
+                command.model,
+                command.usage,
+                enforcement,
+                command.reservation_id or None,
             )
             await unit.write(conn)
-            tally.holds_ended(unit.hold_ends)
+            tally.reservations_ended(unit.reservation_ends)
             tally.events(unit.events, enforcement)
             tally.decision("consume", "recorded")
             tally.consumed(tenant, unit.run.project_id, command.model, command.usage)
             tally.overruns(outcome.overrun)
             state = unit.run.status.state
-            return ConsumeResult(outcome.overrun, unit.statuses(), state, hold_state)
+            return ConsumeResult(outcome.overrun, unit.statuses(), state, reservation_state)
 
         data = await self._tx.mutate(tenant, mutation, work, replies.consume_bytes)
         return replies.consume_of(data)
 
-    async def _hold(
+    async def _reservation(
         self, conn: asyncpg.Connection, tenant: str, unit: RunUnit, reservation_id: str
-    ) -> HoldRecord:
+    ) -> ReservationRecord:
         """The named hold of this run, expired first if it is past its expiry by now."""
-        found = await store.get_hold(conn, tenant, unit.run.run_id, reservation_id)
+        found = await store.get_reservation(conn, tenant, unit.run.run_id, reservation_id)
         if found is None:
             raise reservation_not_found()
-        state = effective_hold_state(found.state, found.expires_at, unit.now)
+        state = effective_reservation_state(found.state, found.expires_at, unit.now)
         if state is not found.state:  # overdue but not yet marked: it ends here, as expired
             unit.expire(found)
             found = replace(found, state=state)
         return found
 
-    async def release(self, tenant: str, mutation: Mutation, command: Release) -> HoldRecord:
-        async def work(conn: asyncpg.Connection, tally: Tally) -> HoldRecord | DomainError:
+    async def release(self, tenant: str, mutation: Mutation, command: Release) -> ReservationRecord:
+        async def work(conn: asyncpg.Connection, tally: Tally) -> ReservationRecord | DomainError:
             unit = await self._lock(conn, tenant, mutation, command.run_id, command.reservation_id)
-            found = await self._hold(conn, tenant, unit, command.reservation_id)
+            found = await self._reservation(conn, tenant, unit, command.reservation_id)
             try:
                 ensure_can_release(found.state)
             except DomainError as settled:
                 await unit.write(conn)  # keeps the expiries this call found
-                tally.holds_ended(unit.hold_ends)
+                tally.reservations_ended(unit.reservation_ends)
                 tally.decision("release", "refused", settled.reason)
                 return settled
             unit.release(found)
             await unit.write(conn)
-            tally.holds_ended(unit.hold_ends)
+            tally.reservations_ended(unit.reservation_ends)
             tally.decision("release", "recorded")
-            return replace(found, state=HoldState.RELEASED)
+            return replace(found, state=ReservationState.RELEASED)
 
         data = await self._tx.mutate(tenant, mutation, work, replies.release_bytes)
         return replies.release_of(data)

@@ -15,16 +15,16 @@ from budget_service.domain.accounting import (
     Outcome,
     ResumeOutcome,
     apply_consume,
-    settle_hold,
+    settle_reservation,
 )
 from budget_service.domain.policy import Dimension, Enforcement, window_start
 from budget_service.domain.records import (
     DimensionStatus,
-    HoldRecord,
     LedgerEntry,
     PoolBalance,
     PoolConfig,
     PoolKey,
+    ReservationRecord,
     RunChanges,
     RunRecord,
     add,
@@ -38,7 +38,7 @@ from budget_service.domain.run_state import (
     Balance,
     BalanceRef,
     Balances,
-    HoldState,
+    ReservationState,
     RunOutcome,
     RunState,
 )
@@ -46,9 +46,11 @@ from budget_service.store import changes as store_write
 from budget_service.store import locked_writes as store
 
 
-def _settle_pool(pool: PoolBalance, hold: Amounts | None, usage: Amounts | None) -> PoolBalance:
+def _settle_pool(
+    pool: PoolBalance, reservation: Amounts | None, usage: Amounts | None
+) -> PoolBalance:
     before = {d: Balance(None, pool.consumed[d], pool.held[d]) for d in Dimension}
-    after = settle_hold(before, hold, usage)
+    after = settle_reservation(before, reservation, usage)
     return replace(
         pool,
         consumed={d: b.consumed for d, b in after.items()},
@@ -74,7 +76,7 @@ class RunUnit:
     current: dict[BalanceRef, PoolKey]  # the current window of each configured pool
     pools: dict[PoolKey, PoolBalance]
     changes: RunChanges
-    hold_ends: list[HoldState]
+    reservation_ends: list[ReservationState]
     touched: bool = False
 
     @classmethod
@@ -110,7 +112,7 @@ class RunUnit:
             await store.insert_pools(conn, tenant, missing)
         pools: dict[PoolKey, PoolBalance] = {}
         other: Mapping[PoolKey, Mapping[Dimension, int]] = {}
-        expired: list[HoldRecord] = []
+        expired: list[ReservationRecord] = []
         if locked.run.pools:  # holds can only draw on pools the run was opened with
             pools = await store.lock_pools(
                 conn, tenant, run_id, list(current.values()), reservation_ids, all_open
@@ -120,8 +122,8 @@ class RunUnit:
         pools = {k: replace(p, overdue=amounts(other.get(k))) for k, p in pools.items()}
         changes = RunChanges(request_id=request_id)
         unit = cls(tenant, locked.run, locked.now, configs, current, pools, changes, [])
-        for hold in expired:  # already marked expired by the statement above
-            unit._end(hold, HoldState.EXPIRED, "expire", mark=False)
+        for reservation in expired:  # already marked expired by the statement above
+            unit._end(reservation, ReservationState.EXPIRED, "expire", mark=False)
         return unit
 
     # --- reading --------------------------------------------------------------------------
@@ -147,40 +149,52 @@ class RunUnit:
     # --- changing -------------------------------------------------------------------------
 
     def _pool_delta(
-        self, keys: Sequence[PoolKey], hold: Amounts | None, usage: Amounts | None
+        self, keys: Sequence[PoolKey], reservation: Amounts | None, usage: Amounts | None
     ) -> None:
         for key in keys:
             if key in self.pools:  # rows of a deleted pool were still locked via the hold
-                self.pools[key] = _settle_pool(self.pools[key], hold, usage)
+                self.pools[key] = _settle_pool(self.pools[key], reservation, usage)
                 self.changes.pools[key] = self.pools[key]
 
-    def _end(self, hold: HoldRecord, state: HoldState, decision: str, mark: bool = True) -> None:
+    def _end(
+        self,
+        reservation: ReservationRecord,
+        state: ReservationState,
+        decision: str,
+        mark: bool = True,
+    ) -> None:
         """Release or expiry: the hold stops counting on the run and on its pools."""
-        run_after = settle_hold(self.run.balances(), hold.granted)
+        run_after = settle_reservation(self.run.balances(), reservation.granted)
         self.run = replace(self.run, held={d: b.held for d, b in run_after.items()})
-        self._pool_delta(hold.pools, hold.granted, None)
-        self._ledger(decision, hold, held=add({}, hold.granted, -1), pools=hold.pools)
+        self._pool_delta(reservation.pools, reservation.granted, None)
+        self._ledger(
+            decision, reservation, held=add({}, reservation.granted, -1), pools=reservation.pools
+        )
         if mark:
-            self.changes.ended[hold.reservation_id] = state
-        self.hold_ends.append(state)
+            self.changes.ended[reservation.reservation_id] = state
+        self.reservation_ends.append(state)
         self.touched = True
 
-    def release(self, hold: HoldRecord) -> None:
-        self._end(hold, HoldState.RELEASED, "release")
+    def release(self, reservation: ReservationRecord) -> None:
+        self._end(reservation, ReservationState.RELEASED, "release")
 
-    def expire(self, hold: HoldRecord) -> None:
-        self._end(hold, HoldState.EXPIRED, "expire")
+    def expire(self, reservation: ReservationRecord) -> None:
+        self._end(reservation, ReservationState.EXPIRED, "expire")
 
-    def grant(self, hold: HoldRecord, advisory_reason: str = "") -> None:
-        self.run = replace(self.run, held=add(self.run.held, hold.granted))
-        for key in hold.pools:
+    def grant(self, reservation: ReservationRecord, advisory_reason: str = "") -> None:
+        self.run = replace(self.run, held=add(self.run.held, reservation.granted))
+        for key in reservation.pools:
             pool = self.pools[key]
             self.pools[key] = self.changes.pools[key] = replace(
-                pool, held=add(pool.held, hold.granted)
+                pool, held=add(pool.held, reservation.granted)
             )
-        self.changes.new_hold = hold
+        self.changes.new_reservation = reservation
         self._ledger(
-            "grant", hold, held=hold.granted, pools=hold.pools, reason=advisory_reason or None
+            "grant",
+            reservation,
+            held=reservation.granted,
+            pools=reservation.pools,
+            reason=advisory_reason or None,
         )
         if advisory_reason:
             self.changes.advisory_refusals += 1
@@ -188,7 +202,7 @@ class RunUnit:
 
     def consume(
         self,
-        hold: HoldRecord | None,
+        reservation: ReservationRecord | None,
         model: str,
         usage: Amounts,
         enforcement: Enforcement,
@@ -196,7 +210,7 @@ class RunUnit:
     ) -> ConsumeOutcome:
         """Records usage on the run and its pools: the hold's rows, or the current windows.
         `reservation_id` names an already ended hold the usage was meant for (audit only)."""
-        granted = hold.granted if hold else None
+        granted = reservation.granted if reservation else None
         outcome = apply_consume(
             self.run.balances(), granted, usage, self.run.budget, self.run.status, enforcement
         )
@@ -206,23 +220,23 @@ class RunUnit:
             consumed={d: b.consumed for d, b in outcome.balances.items()},
             held={d: b.held for d, b in outcome.balances.items()},
         )
-        keys = hold.pools if hold else tuple(self.current.values())
+        keys = reservation.pools if reservation else tuple(self.current.values())
         self._pool_delta(keys, granted, usage)
         self.changes.events += outcome.events
         self.changes.ledger.append(
             LedgerEntry(
                 "consume",
                 self.run.policy_version,
-                reservation_id=hold.reservation_id if hold else reservation_id,
+                reservation_id=reservation.reservation_id if reservation else reservation_id,
                 model=model,
                 consumed=amounts(usage),
                 held=add({}, granted or {}, -1),
                 pools=tuple(keys),
             )
         )
-        if hold:
-            self.changes.ended[hold.reservation_id] = HoldState.CONSUMED
-            self.hold_ends.append(HoldState.CONSUMED)
+        if reservation:
+            self.changes.ended[reservation.reservation_id] = ReservationState.CONSUMED
+            self.reservation_ends.append(ReservationState.CONSUMED)
         self.touched = True
         return outcome
 
@@ -270,7 +284,7 @@ class RunUnit:
     def _ledger(
         self,
         decision: str,
-        hold: HoldRecord,
+        reservation: ReservationRecord,
         *,
         held: Amounts,
         pools: Sequence[PoolKey],
@@ -281,8 +295,8 @@ class RunUnit:
                 decision,
                 self.run.policy_version,
                 reason=reason,
-                reservation_id=hold.reservation_id,
-                model=hold.model,
+                reservation_id=reservation.reservation_id,
+                model=reservation.model,
                 held=amounts(held),
                 pools=tuple(pools),
             )

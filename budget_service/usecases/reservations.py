@@ -23,14 +23,14 @@ from budget_service.domain.commands import (
     ReserveResult,
 )
 from budget_service.domain.policy import Enforcement, model_verdict
-from budget_service.domain.records import HoldRecord
+from budget_service.domain.records import ReservationRecord
 from budget_service.domain.refusals import BUDGET_REASONS, reserve_refusal, run_not_found
 from budget_service.domain.run_state import (
     RUN_BALANCE,
     Balances,
     Breach,
     Contention,
-    HoldState,
+    ReservationState,
     ReserveMode,
 )
 from budget_service.store import fast_path as fastpath
@@ -78,7 +78,7 @@ class Reservations:
     async def reserve(self, tenant: str, mutation: Mutation, command: Reserve) -> ReserveResult:
         ttl = command.ttl_seconds or self._tx.settings.default_hold_ttl_seconds
         reservation_id = new_reservation_id()
-        async with self._gates.hold(tenant, command.run_id):
+        async with self._gates.reservation(tenant, command.run_id):
             answer = await fastpath.reserve(
                 self._tx.db,
                 _key(tenant, mutation),
@@ -98,15 +98,15 @@ class Reservations:
         return result
 
     async def consume(self, tenant: str, mutation: Mutation, command: Consume) -> ConsumeResult:
-        async with self._gates.hold(tenant, command.run_id):
+        async with self._gates.reservation(tenant, command.run_id):
             answer = await fastpath.consume(self._tx.db, _key(tenant, mutation), command)
             if answer.outcome == fastpath.SLOW:
                 return await self.locked.consume(tenant, mutation, command)
         result = replies.consume_of(_reply(answer, mutation))
         if answer.outcome == fastpath.DONE and answer.tally is not None:
             tally = Tally()
-            if result.hold_state is HoldState.CONSUMED:
-                tally.holds_ended([HoldState.CONSUMED])
+            if result.reservation_state is ReservationState.CONSUMED:
+                tally.reservations_ended([ReservationState.CONSUMED])
             for dimension in answer.tally["crossed"]:
                 tally.add("crossings", dimension)
             for dimension in answer.tally["exhausted"]:
@@ -117,18 +117,18 @@ class Reservations:
             self._count(tally)
         return result
 
-    async def release(self, tenant: str, mutation: Mutation, command: Release) -> HoldRecord:
-        async with self._gates.hold(tenant, command.run_id):
+    async def release(self, tenant: str, mutation: Mutation, command: Release) -> ReservationRecord:
+        async with self._gates.reservation(tenant, command.run_id):
             answer = await fastpath.release(self._tx.db, _key(tenant, mutation), command)
             if answer.outcome == fastpath.SLOW:
                 return await self.locked.release(tenant, mutation, command)
-        hold = replies.release_of(_reply(answer, mutation))
+        reservation = replies.release_of(_reply(answer, mutation))
         if answer.outcome == fastpath.DONE:
             tally = Tally()
-            tally.holds_ended([HoldState.RELEASED])
+            tally.reservations_ended([ReservationState.RELEASED])
             tally.decision("release", "recorded")
             self._count(tally)
-        return hold
+        return reservation
 
     async def check(self, tenant: str, command: Check) -> CheckResult:
         """Read-only: judged exactly as Reserve would, by the database clock, writing nothing."""

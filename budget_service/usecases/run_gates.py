@@ -35,7 +35,7 @@ class RunGates:
         self._gates: dict[tuple[str, str], _Gate] = {}
 
     @contextlib.asynccontextmanager
-    async def hold(self, tenant: str, run_id: str) -> AsyncIterator[None]:
+    async def reservation(self, tenant: str, run_id: str) -> AsyncIterator[None]:
         """Waits at most as long as for a pooled connection, then fails as retryable."""
         key = (tenant, run_id)
         gate = self._gates.get(key)

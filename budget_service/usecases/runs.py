@@ -128,12 +128,12 @@ class BudgetService:
                 raise run_not_found()
             released = 0
             if unit.run.outcome is None:
-                for hold in await store.open_holds(conn, tenant, command.run_id):
-                    unit.release(hold)
+                for reservation in await store.open_reservations(conn, tenant, command.run_id):
+                    unit.release(reservation)
                     released += 1
                 unit.close(command.outcome)
             await unit.write(conn)
-            tally.holds_ended(unit.hold_ends)
+            tally.reservations_ended(unit.reservation_ends)
             return CloseResult(await self._view(conn, tenant, command.run_id), released)
 
         return await self._tx.mutate(tenant, mutation, work, encode)
@@ -165,7 +165,7 @@ class BudgetService:
             detail = {"delta": raised, "requested": requested, "approver": command.approver}
             unit.note("resume", detail | ({"note": command.note} if command.note else {}))
             await unit.write(conn)
-            tally.holds_ended(unit.hold_ends)
+            tally.reservations_ended(unit.reservation_ends)
             return await self._view(conn, tenant, command.run_id)
 
         return await self._tx.mutate(tenant, mutation, work, encode)

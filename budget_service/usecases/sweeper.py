@@ -67,8 +67,8 @@ class Sweeper:
             if unit is None:  # busy (its own call expires it) or gone
                 return 0
             await unit.write(conn)
-            tally.holds_ended(unit.hold_ends)
-            return len(unit.hold_ends)
+            tally.reservations_ended(unit.reservation_ends)
+            return len(unit.reservation_ends)
 
         count = await self._tx.tenant(tenant).transaction(work)
         self._tx.metrics.apply(tally)
@@ -78,10 +78,12 @@ class Sweeper:
         async def work(
             conn: asyncpg.Connection,
         ) -> tuple[int, list[tuple[str, store_reads.PoolView]]]:
-            return await store_reads.count_open_holds(conn), await store_reads.all_pools(conn)
+            return await store_reads.count_open_reservations(conn), await store_reads.all_pools(
+                conn
+            )
 
-        open_holds, pools = await self._tx.upkeep(work)
-        self._tx.metrics.holds_open.set(open_holds)
+        open_reservations, pools = await self._tx.upkeep(work)
+        self._tx.metrics.reservations_open.set(open_reservations)
         self._tx.metrics.set_pools(
             (tenant, pool.balance.key.ref, pool.balance.judged(pool.budget.policy))
             for tenant, pool in pools

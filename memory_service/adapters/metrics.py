@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from memory_service.domain.capacity import Dimension, Operation
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from servicekit.labels import BoundedValues
 
 # Canonical content runs from ~0.5 KiB (one entry) to the 4 MiB default ceiling; the top bucket
@@ -124,14 +124,14 @@ class ListMetrics:
         self._requests = {(s, r): self.requests.labels(s, r) for s in STOPPED_BY for r in RANKS}
         self._returned = {
             unit: self.returned_chars
-            if unit is TokenUnit.CHARS
+            if unit is TokenCounter.CHARS
             else self.returned_tokens.labels(unit.value)
-            for unit in TokenUnit
+            for unit in TokenCounter
         }
 
     def listed(
         self,
-        token_counter: TokenUnit,
+        token_counter: TokenCounter,
         rank: str,
         stopped_by: str,
         total: int,

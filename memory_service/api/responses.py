@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from memory_service.api.capabilities import MemoryCapabilities
 from memory_service.api.item_messages import MemoryItems
 from memory_service.domain.capacity import Dimension
-from memory_service.domain.manifest import ChangeOp, ItemState
+from memory_service.domain.manifest import ChangeOp, EntryState
 from memory_service.domain.records import (
     CapacityReport,
     ListResult,
@@ -18,7 +18,7 @@ from memory_service.domain.records import (
     StoredVersion,
 )
 from memory_service.domain.selection import StoppedBy
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.usecases.compaction import CompactResult
 from memory_service.usecases.queries import ChangesPage
 from memory_service.usecases.write_path import WriteResult
@@ -39,9 +39,9 @@ _CHANGE_OPS = {
     ChangeOp.COMPACT: memory_pb2.CHANGE_OP_COMPACT,
 }
 _UNITS = {
-    TokenUnit.O200K_BASE: memory_pb2.TOKEN_COUNTER_O200K_BASE,
-    TokenUnit.CL100K_BASE: memory_pb2.TOKEN_COUNTER_CL100K_BASE,
-    TokenUnit.CHARS: memory_pb2.TOKEN_COUNTER_CHARS,
+    TokenCounter.O200K_BASE: memory_pb2.TOKEN_COUNTER_O200K_BASE,
+    TokenCounter.CL100K_BASE: memory_pb2.TOKEN_COUNTER_CL100K_BASE,
+    TokenCounter.CHARS: memory_pb2.TOKEN_COUNTER_CHARS,
 }
 # The stored operation word of a revision (DESIGN 11) to its enum; both are served.
 _OPERATIONS = {
@@ -63,8 +63,8 @@ _STOPPED_BY = {
     StoppedBy.SIZE: memory_pb2.STOPPED_BY_SIZE,
 }
 _STATES = {
-    ItemState.ACTIVE: memory_pb2.ENTRY_STATE_ACTIVE,
-    ItemState.INACTIVE: memory_pb2.ENTRY_STATE_INACTIVE,
+    EntryState.ACTIVE: memory_pb2.ENTRY_STATE_ACTIVE,
+    EntryState.INACTIVE: memory_pb2.ENTRY_STATE_INACTIVE,
 }
 
 
@@ -111,9 +111,9 @@ def entry_version(version: StoredVersion) -> memory_pb2.EntryVersion:
         created_in_revision=version.created_in_revision,
         created_at=timestamp(version.created_at),
         sizes=memory_pb2.EntrySizes(
-            o200k_base=version.sizes[TokenUnit.O200K_BASE],
-            cl100k_base=version.sizes[TokenUnit.CL100K_BASE],
-            chars=version.sizes[TokenUnit.CHARS],
+            o200k_base=version.sizes[TokenCounter.O200K_BASE],
+            cl100k_base=version.sizes[TokenCounter.CL100K_BASE],
+            chars=version.sizes[TokenCounter.CHARS],
         ),
     )
     if version.expires_at is not None:
@@ -219,7 +219,7 @@ def entry_version_response(version: StoredVersion) -> memory_service_pb2.GetEntr
     return memory_service_pb2.GetEntryVersionResponse(entry=entry_version(version))
 
 
-def citation_response(state: ItemState | None) -> memory_service_pb2.ValidateCitationResponse:
+def citation_response(state: EntryState | None) -> memory_service_pb2.ValidateCitationResponse:
     if state is None:
         return memory_service_pb2.ValidateCitationResponse(valid=False)
     return memory_service_pb2.ValidateCitationResponse(valid=True, state=_STATES[state])
@@ -239,7 +239,7 @@ def capabilities_response(caps: MemoryCapabilities) -> memory_service_pb2.GetCap
             supported=caps.injection_budget,
             token_counter=caps.token_counter if caps.injection_budget else "",
             default_token_counter=(
-                _UNITS[TokenUnit(caps.token_counter)]
+                _UNITS[TokenCounter(caps.token_counter)]
                 if caps.injection_budget
                 else memory_pb2.TOKEN_COUNTER_UNSPECIFIED
             ),

@@ -27,7 +27,8 @@ library and servicekit.errors only; see the layout README for the known exceptio
 - `revisions`: The next revision of each write, fully prepared before anything is written (pure).
 - `selection`: ListMemory's injection budget: rank the candidates, then take the prefix that fits
   (the
-- `token_units`: The units a token_budget is denominated in; the tokenizer adapter counts in each.
+- `token_counters`: The units a token_budget is denominated in; the tokenizer adapter counts in
+  each.
 - `write_input_rules`: Input rules of the write commands: each violation names its field and never
   echoes a value.
 - `write_redaction`: SR-1 over a whole write command: one pass over every caller text, and its

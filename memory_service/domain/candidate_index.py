@@ -11,7 +11,7 @@ from typing import Generic, NamedTuple, TypeVar, overload
 import numpy as np
 
 from memory_service.domain.selection import rank_recency
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -76,7 +76,7 @@ class CandidateRow:
     tags: tuple[str, ...]
     created_at: datetime
     expires_at: datetime | None
-    sizes: Mapping[TokenUnit, int]
+    sizes: Mapping[TokenCounter, int]
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ class CandidateIndex:
         self.all = np.arange(count, dtype=np.int64)
         self.sizes = {
             unit: np.fromiter((r.sizes[unit] for r in self.rows), np.int64, count)
-            for unit in TokenUnit
+            for unit in TokenCounter
         }
         expiries = [micros(r.expires_at) if r.expires_at else _NEVER for r in self.rows]
         self._expires = np.array(expiries, dtype=np.int64)
@@ -211,7 +211,7 @@ class CandidateIndex:
         found: np.ndarray = np.argsort(self.id_rank[positions], kind="stable")
         return found
 
-    def ranked(self, order: np.ndarray, unit: TokenUnit) -> RankedCandidates:
+    def ranked(self, order: np.ndarray, unit: TokenCounter) -> RankedCandidates:
         return RankedCandidates(self, order, unit)
 
 
@@ -244,7 +244,7 @@ class RankedCandidates(Sequence[Ranked]):
     """A ranking as select_prefix walks it: its length is the candidate count, and items are
     built only as the walk reaches them, so a walk costs the prefix it takes, not the memory."""
 
-    def __init__(self, index: CandidateIndex, order: np.ndarray, unit: TokenUnit) -> None:
+    def __init__(self, index: CandidateIndex, order: np.ndarray, unit: TokenCounter) -> None:
         self._index = index
         self._order = order
         self._sizes = index.sizes[unit]

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from memory_service.domain.redaction import Secret
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 
 
 class OrganizeMode(enum.StrEnum):
@@ -144,7 +144,7 @@ class ListQuery:
     limit: int = 0  # 0 = no count limit (the server cap still applies)
     tag: str = ""
     token_budget: int = 0  # 0 = no budget
-    unit: TokenUnit | None = None
+    unit: TokenCounter | None = None
     rank: Rank = Rank.RECENCY
     query: str = ""
     revision: int | None = None  # None = the head

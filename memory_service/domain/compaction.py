@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from memory_service.domain.capacity import Usage
-from memory_service.domain.manifest import Change, ChangeOp, ItemState, manifest_bytes
+from memory_service.domain.manifest import Change, ChangeOp, EntryState, manifest_bytes
 from servicekit.errors import DomainError, ErrorKind, FieldViolation
 
 
@@ -32,7 +32,7 @@ class CompactionCandidate(Protocol):
     @property
     def entry_version_id(self) -> str: ...
     @property
-    def state(self) -> ItemState: ...
+    def state(self) -> EntryState: ...
     @property
     def has_tags(self) -> bool: ...
 
@@ -47,7 +47,7 @@ class TombstoneStatus:
 
     entry_id: str
     entry_version_id: str
-    state: ItemState
+    state: EntryState
     has_tags: bool
     last_state_change_revision: int
 
@@ -64,7 +64,7 @@ def eligible(item: CompactionCandidate, head_revision: int, policy: CompactionPo
     12 with N = 10 (the capacity RFC's example), not at head 11. Eligibility ignores
     `policy.enabled`, because previews work while compaction is disabled.
     """
-    if item.state is not ItemState.INACTIVE or item.has_tags:
+    if item.state is not EntryState.INACTIVE or item.has_tags:
         return False
     cutoff = age_cutoff(head_revision, policy)
     return cutoff is None or item.last_state_change_revision <= cutoff

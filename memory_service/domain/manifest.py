@@ -27,7 +27,7 @@ _CONTENT_HASH = re.compile(r"[0-9a-f]{64}")
 _MAX_SAFE_INT = 2**53 - 1  # JCS numbers are IEEE doubles; only "safe" integers round-trip
 
 
-class ItemState(enum.StrEnum):
+class EntryState(enum.StrEnum):
     ACTIVE = "active"
     INACTIVE = "inactive"  # a tombstone: still in the manifest, off the active surface
 
@@ -47,7 +47,7 @@ class ManifestItem:
     entry_id: str
     entry_version_id: str
     entry_content_hash: str
-    state: ItemState
+    state: EntryState
 
     def __post_init__(self) -> None:
         if not is_entry_id(self.entry_id):

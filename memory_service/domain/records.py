@@ -11,9 +11,9 @@ from uuid import UUID
 from memory_service.domain.candidate_index import Ranked
 from memory_service.domain.capacity import CapacityBudget, Dimension, Usage, exceeded
 from memory_service.domain.commands import Rank
-from memory_service.domain.manifest import Change, ItemState
+from memory_service.domain.manifest import Change, EntryState
 from memory_service.domain.selection import StoppedBy
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class HeadItem:
     entry_id: str
     entry_version_id: str
     entry_content_hash: str
-    state: ItemState
+    state: EntryState
     has_tags: bool
     last_state_change_revision: int
     # Of the item's entry version: revise numbers the next one; dedupe keeps the earliest.
@@ -70,7 +70,7 @@ class StoredVersion:
     created_in_revision: int
     created_at: datetime
     expires_at: datetime | None
-    sizes: Mapping[TokenUnit, int]
+    sizes: Mapping[TokenCounter, int]
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,7 @@ class Item(NamedTuple):
 class ListResult:
     """ListMemory's answer: the ranked prefix that fit, and an account of what did not."""
 
-    unit: TokenUnit
+    unit: TokenCounter
     rank: Rank
     revision: int = 0  # 0: no such memory (or another tenant's, or a malformed ref)
     effective_token_budget: int | None = None  # after the run clamp; None = no budget

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from memory_service.domain.capacity import CapacityBudget, Operation, Refusal, Usage, check_growth
 from memory_service.domain.compaction import CompactionPlan
-from memory_service.domain.manifest import Change, ChangeOp, ItemState, manifest_bytes
+from memory_service.domain.manifest import Change, ChangeOp, EntryState, manifest_bytes
 from memory_service.domain.records import Head, HeadItem
 from memory_service.usecases.preparation import PreparedEntry
 
@@ -30,7 +30,7 @@ class NewItem:
     entry_id: str
     entry_version_id: str
     entry_content_hash: str
-    state: ItemState
+    state: EntryState
     has_tags: bool
     last_state_change_revision: int
 
@@ -58,23 +58,25 @@ class RevisionPlan:
     def __post_init__(self) -> None:
         ordered = tuple(sorted(self.changes, key=lambda c: _entry_key(c.entry_id)))
         object.__setattr__(self, "changes", ordered)
-        delta = {ItemState.ACTIVE: 0, ItemState.INACTIVE: 0}
+        delta = {EntryState.ACTIVE: 0, EntryState.INACTIVE: 0}
         for item in self.opened:
             delta[item.state] += 1
-        active = self.base.active_count + delta[ItemState.ACTIVE] - self._closed(ItemState.ACTIVE)
+        active = self.base.active_count + delta[EntryState.ACTIVE] - self._closed(EntryState.ACTIVE)
         inactive = (
-            self.base.inactive_count + delta[ItemState.INACTIVE] - self._closed(ItemState.INACTIVE)
+            self.base.inactive_count
+            + delta[EntryState.INACTIVE]
+            - self._closed(EntryState.INACTIVE)
         )
         object.__setattr__(self, "active_count", active)
         object.__setattr__(self, "inactive_count", inactive)
         object.__setattr__(self, "manifest_bytes", manifest_bytes(active, inactive, ordered))
 
-    def _closed(self, state: ItemState) -> int:
+    def _closed(self, state: EntryState) -> int:
         # Each closed range belongs to exactly one change, and the op says which state it left:
         # revise and deactivate close active items, reactivate and compact close tombstones.
         leaving = {
-            ItemState.ACTIVE: (ChangeOp.REVISE, ChangeOp.DEACTIVATE),
-            ItemState.INACTIVE: (ChangeOp.REACTIVATE, ChangeOp.COMPACT),
+            EntryState.ACTIVE: (ChangeOp.REVISE, ChangeOp.DEACTIVATE),
+            EntryState.INACTIVE: (ChangeOp.REACTIVATE, ChangeOp.COMPACT),
         }[state]
         return sum(1 for change in self.changes if change.op in leaving)
 
@@ -111,7 +113,7 @@ def plan_append(head: Head, entries: Sequence[PreparedEntry]) -> RevisionPlan:
                 e.entry_id,
                 e.entry_version_id,
                 e.content_hash,
-                ItemState.ACTIVE,
+                EntryState.ACTIVE,
                 bool(e.tags),
                 revision,
             )
@@ -123,7 +125,7 @@ def plan_append(head: Head, entries: Sequence[PreparedEntry]) -> RevisionPlan:
 
 def plan_revise(head: Head, item: HeadItem, entry: PreparedEntry, reason: str) -> RevisionPlan:
     """A new version of an active entry; its compaction age is untouched (not a state change)."""
-    if item.state is not ItemState.ACTIVE:
+    if item.state is not EntryState.ACTIVE:
         raise ValueError("only active entries can be revised")
     return RevisionPlan(
         operation=Operation.REVISE,
@@ -143,7 +145,7 @@ def plan_revise(head: Head, item: HeadItem, entry: PreparedEntry, reason: str) -
                 item.entry_id,
                 entry.entry_version_id,
                 entry.content_hash,
-                ItemState.ACTIVE,
+                EntryState.ACTIVE,
                 bool(entry.tags),
                 item.last_state_change_revision,
             ),
@@ -153,10 +155,10 @@ def plan_revise(head: Head, item: HeadItem, entry: PreparedEntry, reason: str) -
 
 
 def _set_state(
-    head: Head, items: Iterable[HeadItem], target: ItemState, op: Operation, reason: str | None
+    head: Head, items: Iterable[HeadItem], target: EntryState, op: Operation, reason: str | None
 ) -> RevisionPlan:
     revision = head.revision + 1
-    change_op = ChangeOp.DEACTIVATE if target is ItemState.INACTIVE else ChangeOp.REACTIVATE
+    change_op = ChangeOp.DEACTIVATE if target is EntryState.INACTIVE else ChangeOp.REACTIVATE
     moving = [item for item in items if item.state is not target]  # the rest are no-ops
     return RevisionPlan(
         operation=op,
@@ -176,11 +178,11 @@ def _set_state(
 
 
 def plan_forget(head: Head, items: Iterable[HeadItem], reason: str) -> RevisionPlan:
-    return _set_state(head, items, ItemState.INACTIVE, Operation.FORGET, reason or None)
+    return _set_state(head, items, EntryState.INACTIVE, Operation.FORGET, reason or None)
 
 
 def plan_reactivate(head: Head, items: Iterable[HeadItem], reason: str) -> RevisionPlan:
-    return _set_state(head, items, ItemState.ACTIVE, Operation.REACTIVATE, reason or None)
+    return _set_state(head, items, EntryState.ACTIVE, Operation.REACTIVATE, reason or None)
 
 
 def duplicates_to_retire(active: Iterable[HeadItem]) -> list[HeadItem]:
@@ -192,7 +194,7 @@ def duplicates_to_retire(active: Iterable[HeadItem]) -> list[HeadItem]:
     keep: dict[str, HeadItem] = {}
     retire: list[HeadItem] = []
     ordered = sorted(
-        (item for item in active if item.state is ItemState.ACTIVE),
+        (item for item in active if item.state is EntryState.ACTIVE),
         key=lambda i: (i.created_in_revision, _entry_key(i.entry_id)),
     )
     for item in ordered:
@@ -205,7 +207,7 @@ def duplicates_to_retire(active: Iterable[HeadItem]) -> list[HeadItem]:
 
 def plan_dedupe(head: Head, active: Iterable[HeadItem]) -> RevisionPlan:
     retire = duplicates_to_retire(active)
-    return _set_state(head, retire, ItemState.INACTIVE, Operation.ORGANIZE, DEDUPE_REASON)
+    return _set_state(head, retire, EntryState.INACTIVE, Operation.ORGANIZE, DEDUPE_REASON)
 
 
 def plan_compaction_revision(head: Head, compaction: CompactionPlan) -> RevisionPlan:

@@ -9,7 +9,7 @@ from datetime import datetime
 import asyncpg
 
 from memory_service.domain.candidate_index import CandidateRow, Content
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.store.writes import MemoryKey
 
 # The head and the database clock in one row: expiry is judged by Postgres's now(), the same
@@ -128,9 +128,9 @@ def _candidate(row: asyncpg.Record) -> CandidateRow:
         created_at=row["created_at"],
         expires_at=row["expires_at"],
         sizes={
-            TokenUnit.O200K_BASE: row["size_o200k"],
-            TokenUnit.CL100K_BASE: row["size_cl100k"],
-            TokenUnit.CHARS: row["size_chars"],
+            TokenCounter.O200K_BASE: row["size_o200k"],
+            TokenCounter.CL100K_BASE: row["size_cl100k"],
+            TokenCounter.CHARS: row["size_chars"],
         },
     )
 

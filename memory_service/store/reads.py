@@ -7,9 +7,9 @@ from datetime import datetime
 
 import asyncpg
 
-from memory_service.domain.manifest import Change, ChangeOp, ItemState, ManifestItem
+from memory_service.domain.manifest import Change, ChangeOp, EntryState, ManifestItem
 from memory_service.domain.records import RecordedChange, RevisionInfo, StoredVersion
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.store.writes import MemoryKey
 
 _FIND_HEAD = """
@@ -174,21 +174,21 @@ async def entry_version(
         created_at=row["created_at"],
         expires_at=expires_at,
         sizes={
-            TokenUnit.O200K_BASE: row["size_o200k"],
-            TokenUnit.CL100K_BASE: row["size_cl100k"],
-            TokenUnit.CHARS: row["size_chars"],
+            TokenCounter.O200K_BASE: row["size_o200k"],
+            TokenCounter.CL100K_BASE: row["size_cl100k"],
+            TokenCounter.CHARS: row["size_chars"],
         },
     )
 
 
 async def item_state_at(
     conn: asyncpg.Connection, key: MemoryKey, revision: int, entry_id: str, entry_version_id: str
-) -> ItemState | None:
+) -> EntryState | None:
     """The state of (entry_id, entry_version_id) in revision's manifest; None if absent."""
     state = await conn.fetchval(
         _ITEM_AT, key.tenant, key.memory_id, entry_id, entry_version_id, revision
     )
-    return None if state is None else ItemState(state)
+    return None if state is None else EntryState(state)
 
 
 async def manifest_at(
@@ -201,7 +201,7 @@ async def manifest_at(
             row["entry_id"],
             row["entry_version_id"],
             row["entry_content_hash"],
-            ItemState(row["state"]),
+            EntryState(row["state"]),
         )
         for row in rows
     ]

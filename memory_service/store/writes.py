@@ -11,10 +11,10 @@ from uuid import UUID
 import asyncpg
 
 from memory_service.domain.compaction import TombstoneStatus
-from memory_service.domain.manifest import ItemState
+from memory_service.domain.manifest import EntryState
 from memory_service.domain.records import Head, HeadItem
 from memory_service.domain.revisions import RevisionPlan
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def _head_item(row: asyncpg.Record) -> HeadItem:
         entry_id=row["entry_id"],
         entry_version_id=row["entry_version_id"],
         entry_content_hash=row["entry_content_hash"],
-        state=ItemState(row["state"]),
+        state=EntryState(row["state"]),
         has_tags=row["has_tags"],
         last_state_change_revision=row["last_state_change_revision"],
         version=row["version"],
@@ -234,7 +234,7 @@ async def head_tombstones(conn: asyncpg.Connection, key: MemoryKey) -> list[Tomb
         TombstoneStatus(
             entry_id=row["entry_id"],
             entry_version_id=row["entry_version_id"],
-            state=ItemState.INACTIVE,
+            state=EntryState.INACTIVE,
             has_tags=row["has_tags"],
             last_state_change_revision=row["last_state_change_revision"],
         )
@@ -298,9 +298,9 @@ async def write_revision(conn: asyncpg.Connection, tenant: str, plan: RevisionPl
                     revision,
                     created_at,
                     v.entry.expires_at,
-                    v.entry.sizes[TokenUnit.O200K_BASE],
-                    v.entry.sizes[TokenUnit.CL100K_BASE],
-                    v.entry.sizes[TokenUnit.CHARS],
+                    v.entry.sizes[TokenCounter.O200K_BASE],
+                    v.entry.sizes[TokenCounter.CL100K_BASE],
+                    v.entry.sizes[TokenCounter.CHARS],
                     v.entry.embedding,
                 )
                 for v in plan.versions

@@ -23,7 +23,7 @@ from memory_service.domain.selection import (
     fitting_count,
     select_prefix,
 )
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.store import candidate_reads as store_candidates
 from memory_service.usecases.candidate_cache import CandidateCache
 from memory_service.usecases.read_snapshots import NeedDatabase, Snapshot, Snapshots
@@ -58,7 +58,7 @@ class MemoryReads:
         vectors: Vectors | None,
         budget_link: RemainingTokens | None,
         metrics: ListMetrics,
-        default_unit: TokenUnit,
+        default_unit: TokenCounter,
         list_limit_cap: int,
         response_size: ResponseSize,
     ) -> None:
@@ -182,7 +182,7 @@ class MemoryReads:
         the limit nothing can fit, and those entries are neither read nor measured (their bound
         stands in for their size). The rest are measured exactly.
         """
-        chars = snap.index.sizes[TokenUnit.CHARS]
+        chars = snap.index.sizes[TokenCounter.CHARS]
         bounds = [int(chars[p]) for p in positions]
         possible = fitting_count(bounds, self._response_size.max_bytes)
         rows = [snap.index.rows[p] for p in positions[:possible]]

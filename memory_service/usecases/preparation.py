@@ -8,11 +8,11 @@ from datetime import datetime
 from typing import Generic, TypeVar
 
 from memory_service.adapters.embedder import Embedder, to_bytes
-from memory_service.adapters.tokenizer import TokenCounter
+from memory_service.adapters.tokenizer import Tokenizer
 from memory_service.domain.commands import AppendEntries, EntryDraft, ReviseEntry
 from memory_service.domain.ids import new_entry_id, new_version_id
 from memory_service.domain.manifest import content_hash
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.domain.write_redaction import RedactedWrite, redact_write
 
 
@@ -28,7 +28,7 @@ class PreparedEntry:
     metadata: Mapping[str, str]
     content_hash: str
     expires_at: datetime | None
-    sizes: Mapping[TokenUnit, int]
+    sizes: Mapping[TokenCounter, int]
     # float32 sentence vector of the redacted content; None when written without an embedder.
     embedding: bytes | None = None
 
@@ -52,7 +52,7 @@ class Prepared(Generic[P]):
 
 
 def prepare_entries(
-    drafts: Sequence[EntryDraft], counter: TokenCounter, embedder: Embedder | None = None
+    drafts: Sequence[EntryDraft], counter: Tokenizer, embedder: Embedder | None = None
 ) -> tuple[PreparedEntry, ...]:
     """Ids, hash, sizes and embedding of drafts that are already redacted."""
     return tuple(
@@ -72,9 +72,7 @@ def prepare_entries(
     )
 
 
-def prepare_write(
-    command: P, counter: TokenCounter, embedder: Embedder | None = None
-) -> Prepared[P]:
+def prepare_write(command: P, counter: Tokenizer, embedder: Embedder | None = None) -> Prepared[P]:
     """Redact the whole command, then hash, size and embed the redacted content.
 
     CPU-bound (regexes, BPE, inference): callers run it off the event loop. Only the content

@@ -19,7 +19,7 @@ from memory_service.domain.commands import (
 )
 from memory_service.domain.compaction import CompactionPolicy, age_cutoff
 from memory_service.domain.ids import is_version_id, validate_memory_ref
-from memory_service.domain.manifest import ItemState
+from memory_service.domain.manifest import EntryState
 from memory_service.domain.read_input_rules import DEFAULT_PAGE_SIZE
 from memory_service.domain.records import (
     CapacityReport,
@@ -153,10 +153,12 @@ class MemoryQueries:
 
         return await self._read(identity, query.memory_ref, work)
 
-    async def validate_citation(self, identity: Identity, query: CitationQuery) -> ItemState | None:
+    async def validate_citation(
+        self, identity: Identity, query: CitationQuery
+    ) -> EntryState | None:
         """The cited item's state in exactly that revision; None when the citation is invalid."""
 
-        async def work(conn: asyncpg.Connection, key: MemoryKey, head: int) -> ItemState | None:
+        async def work(conn: asyncpg.Connection, key: MemoryKey, head: int) -> EntryState | None:
             if query.revision > head:
                 return None
             return await store_reads.item_state_at(

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import asyncpg
 
 from memory_service.adapters.embedder import Embedder
-from memory_service.adapters.tokenizer import TokenCounter
+from memory_service.adapters.tokenizer import Tokenizer
 from memory_service.domain.capacity import Operation
 from memory_service.domain.commands import (
     AppendEntries,
@@ -17,7 +17,7 @@ from memory_service.domain.commands import (
     OrganizeMemory,
     ReviseEntry,
 )
-from memory_service.domain.manifest import ItemState
+from memory_service.domain.manifest import EntryState
 from memory_service.domain.records import StoredVersion
 from memory_service.domain.refusals import entry_not_found
 from memory_service.domain.revisions import (
@@ -91,7 +91,7 @@ class MemoryWrites:
     def __init__(
         self,
         path: WritePath,
-        counter: TokenCounter,
+        counter: Tokenizer,
         cpu: CpuPool,
         embedder: Embedder | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -147,7 +147,7 @@ class MemoryWrites:
         async def work(conn: asyncpg.Connection) -> ReviseResult:
             head, key = await self._path.lock(conn, identity.tenant, command.target)
             item = (await store.head_items(conn, key, [command.entry_id])).get(command.entry_id)
-            if item is None or item.state is not ItemState.ACTIVE:
+            if item is None or item.state is not EntryState.ACTIVE:
                 raise entry_not_found([command.entry_id])
             plan = plan_revise(head, item, prepared.entries[0], reason)
             result, created_at = await self._path.commit(conn, key, plan)

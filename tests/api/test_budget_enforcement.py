@@ -19,8 +19,8 @@ async def test_interrupt_then_resume_continues_with_raised_limits(
 ) -> None:
     budget = Budget(budget_channel)
     await budget.open_run("r", max_tokens=100, threshold_percent=90, on_exhaustion=2)
-    hold = await budget.reserve("r", tokens=100)
-    await budget.consume("r", hold.reservation.reservation_id, tokens=90)
+    reservation = await budget.reserve("r", tokens=100)
+    await budget.consume("r", reservation.reservation.reservation_id, tokens=90)
     refused = await rpc_error(budget.reserve("r", tokens=20))  # 90 + 20 > 100: a breach
     assert (refused.code, refused.reason) == (
         grpc.StatusCode.FAILED_PRECONDITION,
@@ -148,10 +148,10 @@ async def test_domain_metrics_count_after_commit(start_server: StartServer) -> N
         await budget.open_run(
             "r", project_id="acme", max_tokens=100, max_cost_nanos=USD, threshold_percent=50
         )
-        hold = await budget.reserve("r", model="gpt-4o", tokens=50)
+        reservation = await budget.reserve("r", model="gpt-4o", tokens=50)
         request = dict(request_id="consume-1", tokens=60, cost_nanos=USD // 2)
-        await budget.consume("r", hold.reservation.reservation_id, **request)
-        await budget.consume("r", hold.reservation.reservation_id, **request)  # a replay
+        await budget.consume("r", reservation.reservation.reservation_id, **request)
+        await budget.consume("r", reservation.reservation.reservation_id, **request)  # a replay
         await rpc_error(budget.reserve("r", tokens=50))  # breach: fails the run
     metrics = scrape(runner.metrics_port)
     expected = [

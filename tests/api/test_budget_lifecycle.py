@@ -108,10 +108,10 @@ async def test_a_pool_is_shared_by_every_run_of_its_scope(
     )
     await budget.open_run("a", project_id="p", max_tokens=1000)
     await budget.open_run("b", project_id="p", max_tokens=1000)
-    hold = await budget.reserve("a", tokens=70)
+    reservation = await budget.reserve("a", tokens=70)
     held = await rpc_error(budget.reserve("b", tokens=40))  # fits run b, not the pool
     assert held.reason == "BUDGET_HELD"
-    await budget.consume("a", hold.reservation.reservation_id, tokens=70)
+    await budget.consume("a", reservation.reservation.reservation_id, tokens=70)
     breach = await rpc_error(budget.reserve("b", tokens=40))
     assert (breach.reason, breach.metadata["observed"]) == ("BUDGET_EXHAUSTED", "110")
     assert (await budget.get_run("b")).state == pb.RUN_STATE_FAILED

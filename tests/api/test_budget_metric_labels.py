@@ -94,8 +94,10 @@ async def pooled_traffic(start_server: StartServer, tmp_path: Path, **env: str) 
             RUN, project_id=POOL, workflow_id=WORKFLOW, agent_id=AGENT, max_tokens=5000
         )
         await budget.open_run(f"{RUN}-2", project_id=PROJECT)
-        hold = await budget.reserve(RUN, tokens=100)
-        await budget.consume(RUN, hold.reservation.reservation_id, tokens=100, cost_nanos=USD)
+        reservation = await budget.reserve(RUN, tokens=100)
+        await budget.consume(
+            RUN, reservation.reservation.reservation_id, tokens=100, cost_nanos=USD
+        )
         await budget.consume(f"{RUN}-2", tokens=5)
         await asyncio.sleep(0.3)  # a few sweeps: the pool gauges are refreshed
     return await scrape(runner.metrics_port)

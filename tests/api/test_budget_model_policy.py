@@ -10,7 +10,7 @@ from tests.support.budget import Budget
 from tests.support.errors import rpc_error
 
 
-async def holds(db: asyncpg.Connection, run_id: str) -> int:
+async def reservations(db: asyncpg.Connection, run_id: str) -> int:
     return await db.fetchval("SELECT count(*) FROM budget.holds WHERE run_id = $1", run_id)
 
 
@@ -23,7 +23,7 @@ async def test_a_denied_model_is_refused_before_any_hold_exists(
     assert refused.code == grpc.StatusCode.FAILED_PRECONDITION
     assert refused.reason == "BUDGET_MODEL_DENIED"
     assert refused.metadata == {"model": "gpt-4-32k", "scope": "run"}
-    assert await holds(db, "r") == 0
+    assert await reservations(db, "r") == 0
     # Nothing was spent or held; the refusal is only an append-only ledger row.
     run = await budget.get_run("r")
     assert run.state == pb.RUN_STATE_ACTIVE
@@ -48,7 +48,7 @@ async def test_deny_in_any_scope_wins_over_allow_in_another(
     refused = await rpc_error(budget.reserve("r", model="claude-3-opus-2024", tokens=1))
     assert refused.reason == "BUDGET_MODEL_DENIED"
     assert refused.metadata["scope"] == "project"
-    assert await holds(db, "r") == 0
+    assert await reservations(db, "r") == 0
     check = await budget.check("r", model="claude-3-opus-2024", tokens=1)
     assert (check.would_grant, check.refusal_reason) == (False, "BUDGET_MODEL_DENIED")
     assert check.model_verdict.scope == pb.SCOPE_PROJECT
@@ -75,7 +75,7 @@ async def test_an_empty_allow_list_allows_nothing(
         refused = await rpc_error(budget.reserve("none", model=model, tokens=1))
         assert refused.reason == "BUDGET_MODEL_DENIED"
         assert (await budget.reserve("any", model=model, tokens=1)).reservation.reservation_id
-    assert await holds(db, "none") == 0
+    assert await reservations(db, "none") == 0
     assert (await budget.get_run("none")).state == pb.RUN_STATE_ACTIVE
 
 

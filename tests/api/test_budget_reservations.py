@@ -61,27 +61,27 @@ async def test_consume_settles_the_hold_and_reports_the_overrun(
 ) -> None:
     budget = Budget(budget_channel)
     await budget.open_run("r", max_tokens=1000)
-    hold = await budget.reserve("r", tokens=100, cost_nanos=5000)
+    reservation = await budget.reserve("r", tokens=100, cost_nanos=5000)
     consumed = await budget.consume(
-        "r", hold.reservation.reservation_id, tokens=130, cost_nanos=2000
+        "r", reservation.reservation.reservation_id, tokens=130, cost_nanos=2000
     )
     assert consumed.overrun == pb.Amounts(tokens=30)
     assert consumed.reservation_state == pb.RESERVATION_STATE_CONSUMED
     tokens = dimension(list(consumed.dimensions), pb.DIMENSION_TOKENS)
     assert (tokens.consumed, tokens.held, tokens.remaining) == (130, 0, 870)
-    again = await rpc_error(budget.consume("r", hold.reservation.reservation_id, tokens=1))
+    again = await rpc_error(budget.consume("r", reservation.reservation.reservation_id, tokens=1))
     assert (again.reason, again.metadata) == ("RESERVATION_SETTLED", {"state": "consumed"})
-    released = await rpc_error(budget.release("r", hold.reservation.reservation_id))
+    released = await rpc_error(budget.release("r", reservation.reservation.reservation_id))
     assert (released.reason, released.metadata) == ("RESERVATION_SETTLED", {"state": "consumed"})
 
 
 async def test_release_voids_a_hold_once(budget_channel: grpc.aio.Channel) -> None:
     budget = Budget(budget_channel)
     await budget.open_run("r", max_tool_calls=1)
-    hold = await budget.reserve("r", tool_calls=1)
-    reply = await budget.release("r", hold.reservation.reservation_id)
+    reservation = await budget.reserve("r", tool_calls=1)
+    reply = await budget.release("r", reservation.reservation.reservation_id)
     assert reply.reservation.state == pb.RESERVATION_STATE_RELEASED
-    twice = await rpc_error(budget.release("r", hold.reservation.reservation_id))
+    twice = await rpc_error(budget.release("r", reservation.reservation.reservation_id))
     assert (twice.code, twice.reason) == (
         grpc.StatusCode.FAILED_PRECONDITION,
         "RESERVATION_SETTLED",
@@ -90,7 +90,7 @@ async def test_release_voids_a_hold_once(budget_channel: grpc.aio.Channel) -> No
     missing = await rpc_error(budget.release("r", "res_missing"))
     assert (missing.code, missing.reason) == (grpc.StatusCode.NOT_FOUND, "RESERVATION_NOT_FOUND")
     # Usage of a released hold is still recorded, without the hold.
-    late = await budget.consume("r", hold.reservation.reservation_id, tool_calls=1)
+    late = await budget.consume("r", reservation.reservation.reservation_id, tool_calls=1)
     assert late.reservation_state == pb.RESERVATION_STATE_RELEASED
     assert dimension(list(late.dimensions), pb.DIMENSION_TOOL_CALLS).consumed == 1
 
@@ -109,28 +109,31 @@ async def test_an_expired_hold_stops_counting_at_once(
 ) -> None:
     budget = Budget(budget_channel)
     await budget.open_run("r", max_tokens=100)
-    hold = await budget.reserve("r", tokens=80, ttl_seconds=60)
-    assert hold.reservation.expires_at.ToDatetime() > hold.reservation.created_at.ToDatetime()
-    await expire_now(db, hold.reservation.reservation_id)
+    reservation = await budget.reserve("r", tokens=80, ttl_seconds=60)
+    assert (
+        reservation.reservation.expires_at.ToDatetime()
+        > reservation.reservation.created_at.ToDatetime()
+    )
+    await expire_now(db, reservation.reservation.reservation_id)
     before = await row_counts(db)
     check = await budget.check("r", tokens=100)
     assert check.would_grant
     assert dimension(list(check.dimensions), pb.DIMENSION_TOKENS).held == 0
     assert await row_counts(db) == before  # Check wrote nothing, not even the expiry
     state = "SELECT state FROM budget.holds WHERE reservation_id = $1"
-    assert await db.fetchval(state, hold.reservation.reservation_id) == "open"
+    assert await db.fetchval(state, reservation.reservation.reservation_id) == "open"
     granted = await budget.reserve("r", tokens=100)  # expires the old hold first
     assert granted.reservation.granted.tokens == 100
-    assert await db.fetchval(state, hold.reservation.reservation_id) == "expired"
-    late = await budget.consume("r", hold.reservation.reservation_id, tokens=5)
+    assert await db.fetchval(state, reservation.reservation.reservation_id) == "expired"
+    late = await budget.consume("r", reservation.reservation.reservation_id, tokens=5)
     assert late.reservation_state == pb.RESERVATION_STATE_EXPIRED
     assert late.overrun == pb.Amounts()
-    settled = await rpc_error(budget.release("r", hold.reservation.reservation_id))
+    settled = await rpc_error(budget.release("r", reservation.reservation.reservation_id))
     assert settled.metadata == {"state": "expired"}
     decisions = await db.fetch(
         "SELECT decision, consumed_tokens, held_tokens FROM budget.ledger"
         " WHERE reservation_id = $1 ORDER BY entry_id",
-        hold.reservation.reservation_id,
+        reservation.reservation.reservation_id,
     )
     # The hold ended once (expired); the late usage names it but settles nothing.
     assert [tuple(r) for r in decisions] == [
@@ -147,8 +150,8 @@ async def test_the_sweeper_expires_overdue_holds_on_its_own(
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
         budget = Budget(channel)
         await budget.open_run("r", max_tokens=100)
-        hold = await budget.reserve("r", tokens=80)
-        await expire_now(db, hold.reservation.reservation_id)
+        reservation = await budget.reserve("r", tokens=80)
+        await expire_now(db, reservation.reservation.reservation_id)
         query = "SELECT held_tokens FROM budget.runs WHERE run_id = 'r'"
         for _ in range(500):  # waits for a condition, bounded; not a timing assertion
             if await db.fetchval(query) == 0:
@@ -158,7 +161,7 @@ async def test_the_sweeper_expires_overdue_holds_on_its_own(
         row = await db.fetchrow(
             "SELECT decision, request_id FROM budget.ledger WHERE reservation_id = $1"
             " ORDER BY entry_id DESC LIMIT 1",
-            hold.reservation.reservation_id,
+            reservation.reservation.reservation_id,
         )
         assert (row["decision"], row["request_id"]) == ("expire", None)
 
@@ -202,11 +205,13 @@ async def test_concurrent_duplicates_count_once(
     assert await db.fetchval("SELECT consumed_tokens FROM budget.runs") == 7
     # Twins of a Consume that settles a hold: the ones that waited for the run lock replay the
     # first one's response instead of finding the hold consumed (RESERVATION_SETTLED).
-    hold = await budget.reserve("r", tokens=50)
+    reservation = await budget.reserve("r", tokens=50)
     settle_id = new_id()
     settled = await asyncio.gather(
         *(
-            budget.consume("r", hold.reservation.reservation_id, request_id=settle_id, tokens=40)
+            budget.consume(
+                "r", reservation.reservation.reservation_id, request_id=settle_id, tokens=40
+            )
             for _ in range(8)
         )
     )

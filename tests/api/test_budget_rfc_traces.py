@@ -76,8 +76,8 @@ async def test_tool_call_trace_third_reserve_breaches_and_fails(
     budget = Budget(budget_channel)
     await budget.open_run("tool-run", max_tool_calls=2, threshold_percent=50)
     for _ in range(2):
-        hold = await budget.reserve("tool-run", tool_calls=1)
-        await budget.consume("tool-run", hold.reservation.reservation_id, tool_calls=1)
+        reservation = await budget.reserve("tool-run", tool_calls=1)
+        await budget.consume("tool-run", reservation.reservation.reservation_id, tool_calls=1)
     refused = await rpc_error(budget.reserve("tool-run", tool_calls=1))
     assert (refused.code, refused.reason) == (
         grpc.StatusCode.RESOURCE_EXHAUSTED,

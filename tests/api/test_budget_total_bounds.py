@@ -153,8 +153,8 @@ async def test_totals_at_the_int64_edge_are_ok_or_validation_failed_never_intern
     for tokens, cost in usages:
         reservation = ""
         if reserve_first and cost <= EXA:
-            hold = await budget.reserve(run_id, cost_nanos=max(cost, 1), ttl_seconds=600)
-            reservation = hold.reservation.reservation_id
+            reserved = await budget.reserve(run_id, cost_nanos=max(cost, 1), ttl_seconds=600)
+            reservation = reserved.reservation.reservation_id
         try:
             await budget.consume(run_id, reservation, tokens=tokens, cost_nanos=cost)
         except grpc.aio.AioRpcError as error:

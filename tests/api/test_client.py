@@ -71,8 +71,8 @@ async def test_retry_after_unavailable_reuses_the_request_id_and_counts_once(
     lose = LoseFirstResponse("/Consume")
     async with BudgetClient(budget_address, interceptors=[lose]) as budget:
         await budget.open_run("r1", project_id="p", policy=BudgetPolicy(max_tokens=1000))
-        async with budget.call("r1", model="gpt-4o", estimate=Amounts(tokens=100)) as hold:
-            await hold.consume(Amounts(tokens=80))
+        async with budget.call("r1", model="gpt-4o", estimate=Amounts(tokens=100)) as reservation:
+            await reservation.consume(Amounts(tokens=80))
         run = await budget.get_run("r1")
     assert lose.dropped == 1
     assert len(lose.request_ids) == 2
@@ -179,7 +179,7 @@ def test_every_documented_reason_maps_to_its_exception(reason: str, code: grpc.S
     assert (error.reason, error.code) == (reason, code)
 
 
-async def hold_state(db: asyncpg.Connection, run_id: str) -> list[str]:
+async def reservation_state(db: asyncpg.Connection, run_id: str) -> list[str]:
     rows = await db.fetch("SELECT state FROM budget.holds WHERE run_id = $1", run_id)
     return [r["state"] for r in rows]
 
@@ -193,7 +193,7 @@ async def test_a_hold_left_by_an_exception_is_released(
             async with budget.call("r3", model="gpt-4o", estimate=Amounts(tokens=500)):
                 raise RuntimeError("provider failed")
         run = await budget.get_run("r3")
-    assert await hold_state(db, "r3") == ["released"]
+    assert await reservation_state(db, "r3") == ["released"]
     assert all(d.held == 0 for d in run.dimensions)
 
 
@@ -214,7 +214,7 @@ async def test_a_hold_of_a_cancelled_task_is_released_not_left_to_expire(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    assert await hold_state(db, "r4") == ["released"]
+    assert await reservation_state(db, "r4") == ["released"]
 
 
 async def test_tool_call_helper_holds_and_settles_one_tool_call(
@@ -228,7 +228,7 @@ async def test_tool_call_helper_holds_and_settles_one_tool_call(
         with pytest.raises(BudgetExhausted):
             async with budget.tool_call("r5"):
                 pass
-    assert await hold_state(db, "r5") == ["consumed"]
+    assert await reservation_state(db, "r5") == ["consumed"]
 
 
 async def test_watch_resumes_after_the_last_seen_event(budget_address: str) -> None:

@@ -99,12 +99,12 @@ async def hints(channel: grpc.aio.Channel) -> Hints:
     await budget.consume(stopped, tokens=10)
     await budget.open_run(closed, project_id=pool)
     await budget.close(closed)
-    holds = [(await budget.reserve(live, tokens=10, ttl_seconds=3600)) for _ in range(3)]
+    reservations = [(await budget.reserve(live, tokens=10, ttl_seconds=3600)) for _ in range(3)]
     ids = [pool, cap]
     return Hints(
         strings={
             "run_id": [live, live, tight, stopped, closed, f"{tag}-new"],
-            "reservation_id": [h.reservation.reservation_id for h in holds],
+            "reservation_id": [h.reservation.reservation_id for h in reservations],
             "project_id": ids,
             "workflow_id": ["", "wf"],
             "agent_id": ["", "agent"],

@@ -13,8 +13,8 @@ import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
-from memory_service.adapters.tokenizer import TokenCounter
-from memory_service.domain.token_units import TokenUnit
+from memory_service.adapters.tokenizer import Tokenizer
+from memory_service.domain.token_counters import TokenCounter
 from ration.memory.v1 import memory_pb2
 from servicekit.auth import digest
 from tests.support.errors import rpc_error
@@ -42,10 +42,10 @@ async def test_first_append_creates_the_memory_at_revision_1_with_sized_versions
         ["a", "b"],
         {"source": "chat"},
     )
-    counter = TokenCounter.load()
+    counter = Tokenizer.load()
     assert (stored.sizes.o200k_base, stored.sizes.cl100k_base, stored.sizes.chars) == (
-        counter.count(TokenUnit.O200K_BASE, text),
-        counter.count(TokenUnit.CL100K_BASE, text),
+        counter.count(TokenCounter.O200K_BASE, text),
+        counter.count(TokenCounter.CL100K_BASE, text),
         len(text),
     )
     capacity = reply.result.capacity

@@ -114,8 +114,8 @@ async def test_a_budget_read_without_the_app_filter_sees_only_the_callers_rows(
     assert len(await db.fetch(everything)) == 2  # the superuser control: both are there
     seen = await as_tenant(app_database_url, "alpha", everything)
     assert [tuple(r) for r in seen] == [("alpha", "run-a", 10)]
-    holds = await as_tenant(app_database_url, "beta", "SELECT tenant_id FROM budget.holds")
-    assert [r["tenant_id"] for r in holds] == ["beta"]
+    reservations = await as_tenant(app_database_url, "beta", "SELECT tenant_id FROM budget.holds")
+    assert [r["tenant_id"] for r in reservations] == ["beta"]
     assert await as_tenant(app_database_url, None, everything) == []  # no tenant: nothing
 
 

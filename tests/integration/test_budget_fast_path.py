@@ -416,17 +416,17 @@ async def test_the_functions_decide_like_the_python_path(
     try:
         await _open(conn, run_id, policy, pooled, tag, owners)
         check = Differential(conn, run_id, tag, advisory, note=event)
-        holds: list[str] = []
+        reservations: list[str] = []
         done: list[Call] = []
         for op in ops:
-            call = _call(op, tag, run_id, holds, done)
+            call = _call(op, tag, run_id, reservations, done)
             if op[0] == "expire":
-                if holds:
+                if reservations:
                     await conn.execute(
                         "UPDATE budget.holds SET expires_at = now() - interval '1 second'"
                         " WHERE tenant_id = $1 AND reservation_id = $2",
                         TENANT,
-                        holds[op[1] % len(holds)],
+                        reservations[op[1] % len(reservations)],
                     )
                 continue
             if call is None or not any(getattr(call.command, "estimate", {1: 1}).values()):
@@ -434,13 +434,13 @@ async def test_the_functions_decide_like_the_python_path(
             result = await check.call(call)
             done.append(call)
             if call.method == "Reserve" and result is not None:
-                holds.append(result.hold.reservation_id)
+                reservations.append(result.reservation.reservation_id)
     finally:
         await example.rollback()
 
 
 def _call(
-    op: tuple[Any, ...], tag: str, run_id: str, holds: list[str], done: list[Call]
+    op: tuple[Any, ...], tag: str, run_id: str, reservations: list[str], done: list[Call]
 ) -> Call | None:
     kind = op[0]
     if kind in ("again", "reuse"):
@@ -460,7 +460,11 @@ def _call(
         )
     if kind in ("consume", "release"):
         index = op[1]
-        reservation_id = holds[index % len(holds)] if holds and index >= 0 else "res_unknown"
+        reservation_id = (
+            reservations[index % len(reservations)]
+            if reservations and index >= 0
+            else "res_unknown"
+        )
         if kind == "release":
             command = cmd.Release(run_id, reservation_id)
             return Call("Release", _mutation(tag, "Release", command), command)
@@ -505,10 +509,10 @@ async def test_the_common_calls_are_decided_in_one_statement(conn: asyncpg.Conne
         policy = BudgetPolicy(max_tokens=100, max_cost_nanos=10**9, threshold_percent=50)
         check, run_id, tag = await _scenario(conn, policy)
         first = await check.call(_reserve(tag, run_id, tokens=40, cost=10))
-        consume = _consume(tag, run_id, first.hold.reservation_id, tokens=60, cost=10)
+        consume = _consume(tag, run_id, first.reservation.reservation_id, tokens=60, cost=10)
         await check.call(consume)  # crosses the threshold, overruns the hold
         second = await check.call(_reserve(tag, run_id, tokens=40))
-        await check.call(_release(tag, run_id, second.hold.reservation_id))
+        await check.call(_release(tag, run_id, second.reservation.reservation_id))
         await check.call(_consume(tag, run_id, tokens=40))  # exactly spent: exhausted
         await check.call(consume)  # the same request again
         reused = cmd.Mutation("Consume", consume.mutation.request_id, b"another payload")
@@ -522,7 +526,7 @@ async def test_the_common_calls_are_decided_in_one_statement(conn: asyncpg.Conne
         await check.call(partial)
         up_to = cmd.Reserve(run_id, "gpt-4o", {Dimension.TOKENS: 5}, 60, ReserveMode.UP_TO)
         granted = await check.call(Call("Reserve", _mutation(tag, "Reserve", up_to), up_to, "r2"))
-        assert granted.hold.granted[Dimension.TOKENS] == 2  # what was left
+        assert granted.reservation.granted[Dimension.TOKENS] == 2  # what was left
         await check.call(_consume(tag, run_id, tokens=0, cost=2))  # cost now exactly spent
         assert check.outcomes == ["done"] * 3
     finally:
@@ -539,8 +543,8 @@ async def test_everything_else_is_left_to_the_python_path(conn: asyncpg.Connecti
         held = await check.call(_reserve(tag, run_id, tokens=90, toolCalls=1))
         await check.call(_reserve(tag, run_id, tokens=20))  # contention
         await check.call(_consume(tag, run_id, "res_unknown", tokens=1))  # not found
-        await check.call(_consume(tag, run_id, held.hold.reservation_id, tokens=1))
-        await check.call(_release(tag, run_id, held.hold.reservation_id))  # settled
+        await check.call(_consume(tag, run_id, held.reservation.reservation_id, tokens=1))
+        await check.call(_release(tag, run_id, held.reservation.reservation_id))  # settled
         await check.call(_consume(tag, run_id, tokens=100))  # one past the limit: a breach
         await check.call(_reserve(tag, run_id, tokens=1))  # the run has failed
         assert check.outcomes == ["slow", "done", "slow", "slow", "done", "slow", "slow", "slow"]
@@ -551,7 +555,7 @@ async def test_everything_else_is_left_to_the_python_path(conn: asyncpg.Connecti
             "UPDATE budget.holds SET expires_at = now() - interval '1 second'"
             " WHERE tenant_id = $1 AND reservation_id = $2",
             TENANT,
-            held.hold.reservation_id,
+            held.reservation.reservation_id,
         )
         await check.call(_reserve(tag, run_id, tokens=10))  # an overdue hold expires first
         assert check.outcomes == ["done", "slow"]

@@ -25,7 +25,7 @@ from budget_service.domain.policy import (
     ScopeBudgetKind,
     Window,
 )
-from budget_service.domain.run_state import HoldState, ReserveMode
+from budget_service.domain.run_state import ReservationState, ReserveMode
 from budget_service.store.changes import EVENTS_CHANNEL
 from budget_service.store.event_hub import EventHub
 from budget_service.usecases.reservations import Reservations
@@ -94,7 +94,7 @@ class Model:
     runs: list[str]
     pool: str
     limits: dict[str, dict[Dimension, int | None]]
-    holds: list[tuple[str, str, dict[Dimension, int]]] = field(default_factory=list)
+    reservations: list[tuple[str, str, dict[Dimension, int]]] = field(default_factory=list)
     excess: dict[str, dict[Dimension, int]] = field(default_factory=dict)
 
 
@@ -216,8 +216,8 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
                     continue
                 command = cmd.Reserve(run_id, "m", op[2], 60, op[3])
                 result = await r.reserve(TENANT, mutation("Reserve"), command)
-                granted = dict(result.hold.granted)
-                model.holds.append((run_id, result.hold.reservation_id, granted))
+                granted = dict(result.reservation.granted)
+                model.reservations.append((run_id, result.reservation.reservation_id, granted))
                 after = await _balances(harness.conn, model)
                 for name in (run_id, pool_id):
                     for d in DIMS:
@@ -225,11 +225,13 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
                         if granted[d] and limit is not None:
                             consumed, held = after[name][d]
                             assert consumed + held <= limit, ("granted past the limit", name, d)
-            elif kind == "consume" and model.holds:
-                run_id, reservation_id, granted = model.holds.pop(op[2] % len(model.holds))
+            elif kind == "consume" and model.reservations:
+                run_id, reservation_id, granted = model.reservations.pop(
+                    op[2] % len(model.reservations)
+                )
                 command = cmd.Consume(run_id, reservation_id, "m", op[3])
                 result = await r.consume(TENANT, mutation("Consume"), command)
-                settled = result.hold_state is HoldState.CONSUMED
+                settled = result.reservation_state is ReservationState.CONSUMED
                 for d in DIMS:
                     beyond = op[3][d] - (granted[d] if settled else 0)
                     for name in (run_id, pool_id):
@@ -241,12 +243,12 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
                 for d in DIMS:
                     for name in (run_id, pool_id):
                         model.excess[name][d] += op[2][d]
-            elif kind == "release" and model.holds:
-                run_id, reservation_id, _ = model.holds.pop(op[1] % len(model.holds))
+            elif kind == "release" and model.reservations:
+                run_id, reservation_id, _ = model.reservations.pop(op[1] % len(model.reservations))
                 command = cmd.Release(run_id, reservation_id)
                 await r.release(TENANT, mutation("Release"), command)
-            elif kind == "expire" and model.holds:
-                _, reservation_id, _ = model.holds[op[1] % len(model.holds)]
+            elif kind == "expire" and model.reservations:
+                _, reservation_id, _ = model.reservations[op[1] % len(model.reservations)]
                 await harness.conn.execute(
                     "UPDATE budget.holds SET expires_at = now() - interval '1 second'"
                     " WHERE reservation_id = $1",

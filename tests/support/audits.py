@@ -38,7 +38,7 @@ async def assert_ledger_matches_balances(db: asyncpg.Connection) -> None:
             run["tenant_id"],
             run["run_id"],
         )
-        holds = await db.fetchrow(
+        reservations = await db.fetchrow(
             "SELECT "
             + ", ".join(f"coalesce(sum(granted_{s}), 0) AS g_{s}" for s in suffixes)
             + " FROM budget.holds WHERE tenant_id = $1 AND run_id = $2 AND state = 'open'",
@@ -48,7 +48,7 @@ async def assert_ledger_matches_balances(db: asyncpg.Connection) -> None:
         for s in suffixes:
             assert (totals[f"c_{s}"] or 0) == run[f"consumed_{s}"], (run["run_id"], s)
             assert (totals[f"h_{s}"] or 0) == run[f"held_{s}"], (run["run_id"], s)
-            assert holds[f"g_{s}"] == run[f"held_{s}"], (run["run_id"], s)
+            assert reservations[f"g_{s}"] == run[f"held_{s}"], (run["run_id"], s)
     pools = await db.fetch("SELECT * FROM budget.pool_balances")
     for pool in pools:
         totals = await db.fetchrow(
@@ -86,7 +86,7 @@ class _Balance:
 
     limits: dict[str, int | None]
     consumed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SUFFIXES, 0))
-    open_holds: dict[str, tuple[dict[str, int], datetime]] = field(default_factory=dict)
+    open_reservations: dict[str, tuple[dict[str, int], datetime]] = field(default_factory=dict)
 
 
 def _pool_keys(pools_json: Any) -> list[tuple[str, str, str]]:
@@ -131,7 +131,7 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
     assert not gaps, f"event sequences with gaps: {[dict(g) for g in gaps][:5]}"
 
     runs = {(r["tenant_id"], r["run_id"]): r for r in await conn.fetch("SELECT * FROM budget.runs")}
-    holds = {
+    reservations = {
         (h["tenant_id"], h["run_id"], h["reservation_id"]): h
         for h in await conn.fetch("SELECT * FROM budget.holds")
     }
@@ -149,21 +149,23 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
         key = (row["tenant_id"], row["run_id"], row["reservation_id"])
         if row["decision"] == "grant":
             grants[key] += 1
-            hold = holds[key]
-            assert all(row[f"held_{s}"] == hold[f"granted_{s}"] for s in SUFFIXES), key
+            reservation = reservations[key]
+            assert all(row[f"held_{s}"] == reservation[f"granted_{s}"] for s in SUFFIXES), key
         elif row["decision"] in ("consume", "release", "expire") and any(
             row[f"held_{s}"] < 0 for s in SUFFIXES
         ):
             ends[key].append(row["decision"])
     ending = {"consumed": "consume", "released": "release", "expired": "expire"}
-    for key, hold in holds.items():
+    for key, reservation in reservations.items():
         assert grants[key] == 1, f"hold {key} granted {grants[key]} times"
-        if hold["state"] == "open":
+        if reservation["state"] == "open":
             assert ends[key] == [], f"open hold {key} has ledger ends {ends[key]}"
-            assert hold["ended_at"] is None, key
+            assert reservation["ended_at"] is None, key
         else:
-            assert ends[key] == [ending[hold["state"]]], f"hold {key}: {hold['state']} {ends[key]}"
-    assert set(grants) <= set(holds), "a grant row names no hold"
+            assert ends[key] == [ending[reservation["state"]]], (
+                f"hold {key}: {reservation['state']} {ends[key]}"
+            )
+    assert set(grants) <= set(reservations), "a grant row names no hold"
 
     # Run limits at each ledger row: the final limit minus the ResumeRun deltas still to come.
     later_delta: dict[tuple[str, str], dict[str, int]] = defaultdict(
@@ -200,14 +202,14 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
         for scope, scope_id, window in _pool_keys(row["pools"]):
             limits = scope_limits.get((tenant, scope, scope_id), dict.fromkeys(SUFFIXES))
             keys.append((("pool", tenant, scope, scope_id, window), limits))
-        hold_key = (tenant, run_id, row["reservation_id"])
+        reservation_key = (tenant, run_id, row["reservation_id"])
         for key, limits in keys:
             b = balance(key, limits)
             if row["decision"] == "grant":
-                hold = holds[hold_key]
-                granted = {s: hold[f"granted_{s}"] for s in SUFFIXES}
+                reservation = reservations[reservation_key]
+                granted = {s: reservation[f"granted_{s}"] for s in SUFFIXES}
                 if not run["scope_advisory"]:
-                    now = hold["created_at"]
+                    now = reservation["created_at"]
                     for s in SUFFIXES:
                         limit = limits.get(s)
                         # A grant adds nothing to a dimension it holds none of (an earlier
@@ -216,7 +218,7 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
                             continue
                         held = sum(
                             amounts[s]
-                            for amounts, expires in b.open_holds.values()
+                            for amounts, expires in b.open_reservations.values()
                             if expires > now
                         )
                         assert b.consumed[s] + held + granted[s] <= limit, (
@@ -224,20 +226,20 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
                             f" + held {held} + granted {granted[s]} > limit {limit}"
                         )
                     checked += 1
-                b.open_holds[row["reservation_id"]] = (granted, hold["expires_at"])
+                b.open_reservations[row["reservation_id"]] = (granted, reservation["expires_at"])
             elif row["reservation_id"] is not None and any(row[f"held_{s}"] < 0 for s in SUFFIXES):
-                b.open_holds.pop(row["reservation_id"], None)
+                b.open_reservations.pop(row["reservation_id"], None)
             for s in SUFFIXES:
                 b.consumed[s] += row[f"consumed_{s}"]
     return {
         "runs": len(runs),
-        "holds": len(holds),
+        "holds": len(reservations),
         "ledger_rows": len(ledger),
         "grants_checked": checked,
     }
 
 
-async def wait_for_no_overdue_holds(conn: asyncpg.Connection, within: float = 30) -> None:
+async def wait_for_no_overdue_reservations(conn: asyncpg.Connection, within: float = 30) -> None:
     """Until the sweeper has marked every hold past its expiry (bounded wait for a condition)."""
     deadline = time.monotonic() + within
     query = "SELECT count(*) FROM budget.holds WHERE state = 'open' AND expires_at <= now()"

@@ -40,8 +40,8 @@ async def rfc_tool_call_trace(budget: Budget) -> None:
     """RFC 0084: max tool calls 2 at 50%; the third tool-call Reserve breaches."""
     await budget.open_run("tool-run", max_tool_calls=2, threshold_percent=50)
     for _ in range(2):
-        hold = await budget.reserve("tool-run", tool_calls=1)
-        await budget.consume("tool-run", hold.reservation.reservation_id, tool_calls=1)
+        reservation = await budget.reserve("tool-run", tool_calls=1)
+        await budget.consume("tool-run", reservation.reservation.reservation_id, tool_calls=1)
     await attempt(budget.reserve("tool-run", tool_calls=1))
 
 
@@ -53,8 +53,8 @@ async def interrupt_and_resume(budget: Budget) -> None:
     # Only an INTERRUPTED run can be resumed: advisory mode never interrupts one.
     if (await budget.get_run("int-run")).state == pb.RUN_STATE_INTERRUPTED:
         await budget.resume("int-run", tokens=200)
-    hold = await budget.reserve("int-run", tokens=50)
-    await budget.consume("int-run", hold.reservation.reservation_id, tokens=50)
+    reservation = await budget.reserve("int-run", tokens=50)
+    await budget.consume("int-run", reservation.reservation.reservation_id, tokens=50)
 
 
 @scenario

@@ -37,7 +37,7 @@ def tiktoken_encoding(name: str) -> tiktoken.Encoding:
 
 
 def fresh_size(unit: int, content: str) -> int:
-    """The size of `content` in a TokenCounter enum value, counted here and now."""
+    """The size of `content` in a Tokenizer enum value, counted here and now."""
     if unit == memory_pb2.TOKEN_COUNTER_CHARS:
         return len(content)
     name = "o200k_base" if unit == memory_pb2.TOKEN_COUNTER_O200K_BASE else "cl100k_base"

@@ -115,7 +115,7 @@ async def client(
             ttl_seconds=HOLD_TTL_SECONDS,
         )
         try:
-            hold = await cluster.call(index, ledger, "Reserve", reserve)
+            reply = await cluster.call(index, ledger, "Reserve", reserve)
         except grpc.aio.AioRpcError as error:
             if error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "held" in (
                 error.details() or ""
@@ -123,8 +123,8 @@ async def client(
                 await asyncio.sleep(0.01)
                 continue
             return  # exhausted or failed: this run is done
-        assert isinstance(hold, pb.ReserveResponse)
-        reservation = hold.reservation
+        assert isinstance(reply, pb.ReserveResponse)
+        reservation = reply.reservation
         if rng.random() < 0.1:
             continue  # a leaked hold: it must expire and stop counting
         usage = rng.randint(0, reservation.granted.tokens)

@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from ration.budget.v1 import budget_pb2 as pb
-from tests.support.audits import audit_budget, wait_for_no_overdue_holds
+from tests.support.audits import audit_budget, wait_for_no_overdue_reservations
 from tests.support.budget import Budget, new_id
 from tests.support.servers import StartServer
 
@@ -90,9 +90,9 @@ async def test_cancelled_reserves_leave_no_hold_or_one_that_expires(
     # The latency of a Reserve at the concurrency used below: cut-off points spread around it.
     async def timed() -> float:
         started = time.perf_counter()
-        hold = await budget.stub.Reserve(reserve(10, ttl_seconds=60), timeout=BOUND)
+        reservation = await budget.stub.Reserve(reserve(10, ttl_seconds=60), timeout=BOUND)
         elapsed = time.perf_counter() - started
-        await budget.release("cut", hold.reservation.reservation_id)
+        await budget.release("cut", reservation.reservation.reservation_id)
         return elapsed
 
     for _ in range(3):  # the last batch, once the pool's connections are open and warm
@@ -123,17 +123,21 @@ async def test_cancelled_reserves_leave_no_hold_or_one_that_expires(
     )
     granted_by = {g["reservation_id"]: g["request_id"] for g in grants}
     assert len(granted_by) == len(grants)
-    holds = await db.fetch(
+    reservations = await db.fetch(
         "SELECT reservation_id, state, created_at, expires_at, ended_at FROM budget.holds"
         " WHERE run_id = 'cut'"
     )
-    assert {h["reservation_id"] for h in holds} == set(granted_by)
-    for hold in holds:
-        request_id = granted_by[hold["reservation_id"]]
-        assert request_id in ours or hold["state"] == "released"  # the warm-up holds
-        if hold["state"] == "open":
-            assert hold["ended_at"] is None
-            assert 0 < (hold["expires_at"] - hold["created_at"]).total_seconds() <= TTL_SECONDS
+    assert {h["reservation_id"] for h in reservations} == set(granted_by)
+    for reservation in reservations:
+        request_id = granted_by[reservation["reservation_id"]]
+        assert request_id in ours or reservation["state"] == "released"  # the warm-up holds
+        if reservation["state"] == "open":
+            assert reservation["ended_at"] is None
+            assert (
+                0
+                < (reservation["expires_at"] - reservation["created_at"]).total_seconds()
+                <= TTL_SECONDS
+            )
     committed = [r for r in abandoned if r.request_id in granted_by.values()]
 
     # Past the TTL nothing is held: at once by the database clock, then marked by the sweeper.
@@ -141,7 +145,7 @@ async def test_cancelled_reserves_leave_no_hold_or_one_that_expires(
     while any(await held_now(budget)):
         assert time.monotonic() < deadline, "cancelled holds still count after their TTL"
         await asyncio.sleep(0.1)
-    await wait_for_no_overdue_holds(db, BOUND)
+    await wait_for_no_overdue_reservations(db, BOUND)
     assert await db.fetchval("SELECT held_tokens FROM budget.runs WHERE run_id = 'cut'") == 0
     assert await db.fetchval("SELECT sum(held_tokens) FROM budget.pool_balances") == 0
     await audit_budget(db)
@@ -160,5 +164,5 @@ async def test_cancelled_reserves_leave_no_hold_or_one_that_expires(
         " WHERE run_id = 'cut' AND decision = 'grant' GROUP BY request_id HAVING count(*) > 1"
     )
     assert per_request == []
-    await wait_for_no_overdue_holds(db, BOUND)
+    await wait_for_no_overdue_reservations(db, BOUND)
     await audit_budget(db)

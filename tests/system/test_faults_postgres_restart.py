@@ -27,7 +27,7 @@ import grpc
 import pytest
 
 from ration.budget.v1 import budget_pb2 as pb
-from tests.support.audits import audit_budget, wait_for_no_overdue_holds
+from tests.support.audits import audit_budget, wait_for_no_overdue_reservations
 from tests.support.budget import Budget
 from tests.support.errors import decode
 from tests.support.health import NOT_SERVING, SERVING, HealthWatch
@@ -87,15 +87,15 @@ async def client(index: int, budget: Budget, load: Load, rng: random.Random) -> 
             estimate=pb.Amounts(tokens=rng.randint(10, 50)),
             ttl_seconds=HOLD_TTL_SECONDS,
         )
-        hold = await load.call(budget, "Reserve", reserve)
-        if not isinstance(hold, pb.ReserveResponse):
+        reservation = await load.call(budget, "Reserve", reserve)
+        if not isinstance(reservation, pb.ReserveResponse):
             await asyncio.sleep(0.1)  # Postgres is down: do not spin
             continue
-        usage = rng.randint(0, hold.reservation.granted.tokens)
+        usage = rng.randint(0, reservation.reservation.granted.tokens)
         consume = pb.ConsumeRequest(
             request_id=uuid.uuid4().hex,
             run_id=run_id,
-            reservation_id=hold.reservation.reservation_id,
+            reservation_id=reservation.reservation.reservation_id,
             model="gpt-4o",
             usage=pb.Amounts(tokens=usage),
         )
@@ -164,7 +164,7 @@ async def scenario(
 async def check_store(url: str, load: Load) -> None:
     conn = await asyncpg.connect(url)
     try:
-        await wait_for_no_overdue_holds(conn, BOUND)
+        await wait_for_no_overdue_reservations(conn, BOUND)
         rows = await conn.fetch(
             "SELECT request_id, run_id, consumed_tokens FROM budget.ledger"
             " WHERE decision = 'consume'"

@@ -121,7 +121,7 @@ async def test_a_locked_run_row_stalls_only_the_calls_that_lock_it(
 ) -> None:
     await budget.open_run("stuck", max_tokens=1000)
     await budget.open_run("free", max_tokens=1000)
-    hold = await budget.reserve("stuck", tokens=5)
+    reservation = await budget.reserve("stuck", tokens=5)
     before = await rows_of(db, "stuck")
     transaction = locker.transaction()
     await transaction.start()
@@ -130,7 +130,7 @@ async def test_a_locked_run_row_stalls_only_the_calls_that_lock_it(
         stub = budget.stub
         await unavailable(stub.Reserve(reserve("stuck", new_id()), timeout=CLIENT_DEADLINE))
         await unavailable(stub.Consume(consume("stuck", new_id()), timeout=CLIENT_DEADLINE))
-        await unavailable(budget.release("stuck", hold.reservation.reservation_id))
+        await unavailable(budget.release("stuck", reservation.reservation.reservation_id))
         await unavailable(budget.close("stuck"))
         # Reads take no lock, and other runs are not stalled.
         assert (await budget.check("stuck", tokens=1)).would_grant
@@ -139,7 +139,7 @@ async def test_a_locked_run_row_stalls_only_the_calls_that_lock_it(
     finally:
         await transaction.rollback()
     assert await rows_of(db, "stuck") == before
-    await budget.release("stuck", hold.reservation.reservation_id)
+    await budget.release("stuck", reservation.reservation.reservation_id)
     assert await rows_of(db, "stuck") != before
 
 

@@ -221,22 +221,24 @@ def budget_traffic(address: str, tag: str, traffic: Traffic) -> None:
                 expect,
             )
 
-        def consume(run: str, step: str, hold: str = "", **usage: int) -> None:
+        def consume(run: str, step: str, reservation: str = "", **usage: int) -> None:
             call(
                 "Consume",
                 b.ConsumeRequest(
                     request_id=f"{step}-{run}",
                     run_id=run,
-                    reservation_id=hold,
+                    reservation_id=reservation,
                     model=MODEL,
                     usage=b.Amounts(**usage),
                 ),
             )
 
-        def release(run: str, step: str, hold: str) -> None:
+        def release(run: str, step: str, reservation: str) -> None:
             call(
                 "Release",
-                b.ReleaseRequest(request_id=f"{step}-{run}", run_id=run, reservation_id=hold),
+                b.ReleaseRequest(
+                    request_id=f"{step}-{run}", run_id=run, reservation_id=reservation
+                ),
             )
 
         with traffic.scenario("budget-spend"):
@@ -267,10 +269,14 @@ def budget_traffic(address: str, tag: str, traffic: Traffic) -> None:
                     on_exhaustion=b.ON_EXHAUSTION_FAIL,
                 ),
             )
-            hold = reserve(run, "r1", tokens=400, cost_nanos=NANOS * 4 // 10)
+            reservation = reserve(run, "r1", tokens=400, cost_nanos=NANOS * 4 // 10)
             # 600 tokens on a 400-token hold: an overrun, and past the 50% threshold.
             consume(
-                run, "c1", hold.reservation.reservation_id, tokens=600, cost_nanos=NANOS * 6 // 10
+                run,
+                "c1",
+                reservation.reservation.reservation_id,
+                tokens=600,
+                cost_nanos=NANOS * 6 // 10,
             )
             tool = reserve(run, "r2", tool_calls=1)
             release(run, "x2", tool.reservation.reservation_id)
@@ -300,9 +306,9 @@ def budget_traffic(address: str, tag: str, traffic: Traffic) -> None:
             )
             run = f"run-advisory-{tag}"
             open_run(run, "proj-advisory", b.BudgetPolicy())
-            hold = reserve(run, "r1", tokens=500)
-            assert hold.advisory_refusal_reason, "advisory mode reports the would-be refusal"
-            consume(run, "c1", hold.reservation.reservation_id, tokens=500)
+            reservation = reserve(run, "r1", tokens=500)
+            assert reservation.advisory_refusal_reason, "advisory mode reports the would-be refusal"
+            consume(run, "c1", reservation.reservation.reservation_id, tokens=500)
             call(
                 "CloseRun",
                 b.CloseRunRequest(

@@ -39,7 +39,7 @@ from ration.budget.v1 import budget_service_pb2_grpc
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as mpb
 from ration.memory.v1 import memory_service_pb2_grpc
-from tests.support.audits import audit_budget, audit_memory, wait_for_no_overdue_holds
+from tests.support.audits import audit_budget, audit_memory, wait_for_no_overdue_reservations
 from tests.support.errors import decode
 from tests.support.procs import BIN, Proc, clean_env
 from tests.support.replicas import Replicas
@@ -189,18 +189,18 @@ async def reserve_and_settle(soak: Soak, rng: random.Random, run_id: str) -> Non
         ttl_seconds=rng.randint(1, 3),
         mode=rng.choice([b.RESERVE_MODE_ALL_OR_NOTHING, b.RESERVE_MODE_UP_TO]),
     )
-    hold = await soak.call(soak.budget, "Reserve", reserve)
-    if getattr(hold, "reason", "") == "RUN_INTERRUPTED" and rng.random() < 0.7:
+    reservation = await soak.call(soak.budget, "Reserve", reserve)
+    if getattr(reservation, "reason", "") == "RUN_INTERRUPTED" and rng.random() < 0.7:
         await resume(soak, rng, run_id)
-    if not isinstance(hold, b.ReserveResponse):
+    if not isinstance(reservation, b.ReserveResponse):
         return
-    granted = hold.reservation.granted
+    granted = reservation.reservation.granted
     fate = rng.random()
     if fate < 0.1:
         return  # leaked: it expires
     if fate < 0.2:
         release = b.ReleaseRequest(
-            request_id=rid(), run_id=run_id, reservation_id=hold.reservation.reservation_id
+            request_id=rid(), run_id=run_id, reservation_id=reservation.reservation.reservation_id
         )
         await soak.call(soak.budget, "Release", release)
         return
@@ -208,7 +208,12 @@ async def reserve_and_settle(soak: Soak, rng: random.Random, run_id: str) -> Non
     if rng.random() < 0.1:
         tokens += rng.randint(1, 100)  # an overrun: the provider billed more
     await consume(
-        soak, rng, run_id, hold.reservation.reservation_id, tokens, tool_calls=granted.tool_calls
+        soak,
+        rng,
+        run_id,
+        reservation.reservation.reservation_id,
+        tokens,
+        tool_calls=granted.tool_calls,
     )
 
 
@@ -448,7 +453,7 @@ async def soak_and_audit(procs: dict[str, list[Proc]], database_url: str) -> Soa
 
     conn = await asyncpg.connect(database_url)
     try:
-        await wait_for_no_overdue_holds(conn, 60)
+        await wait_for_no_overdue_reservations(conn, 60)
         counts = await audit_budget(conn)
         assert counts["grants_checked"] > 0
         rows = await conn.fetch(

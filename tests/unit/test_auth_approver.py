@@ -13,7 +13,7 @@ from servicekit.errors import DomainError
 from servicekit.settings import SettingsError
 
 
-def holds(roles: set[str], role: str) -> bool:
+def reservations(roles: set[str], role: str) -> bool:
     try:
         Identity("t", frozenset(roles)).require(role)
     except DomainError:
@@ -35,7 +35,7 @@ def test_approver_is_a_role_of_its_own_and_admin_includes_it(
     roles: set[str], granted: set[str]
 ) -> None:
     for role in ("reader", "writer", "admin", "approver"):
-        assert holds(roles, role) is (role in granted), role
+        assert reservations(roles, role) is (role in granted), role
 
 
 def table(path: Path, **row: object) -> TokenTable:

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 
 from budget_service.domain.accounting import (
     apply_consume,
-    apply_hold,
+    apply_reservation,
     apply_reserve_breach,
     apply_resume,
     decide_reserve,
-    effective_hold_state,
-    settle_hold,
+    effective_reservation_state,
+    settle_reservation,
     threshold_reached,
 )
 from budget_service.domain.events import (
@@ -43,7 +43,7 @@ from budget_service.domain.policy import (
 from budget_service.domain.refusals import (
     budget_exhausted_error,
     budget_held_error,
-    consume_settles_hold,
+    consume_settles_reservation,
     ensure_can_release,
     ensure_can_reserve,
 )
@@ -53,7 +53,7 @@ from budget_service.domain.run_state import (
     BalanceRef,
     Breach,
     Contention,
-    HoldState,
+    ReservationState,
     ReserveMode,
     RunState,
     RunStatus,
@@ -192,20 +192,20 @@ def test_advisory_grants_the_full_estimate_and_reports_the_would_be_refusal() ->
 
 def test_hold_consume_release_arithmetic() -> None:
     run = {T: Balance(100), C: Balance(None)}
-    held = apply_hold(run, {T: 30, C: 5})
+    held = apply_reservation(run, {T: 30, C: 5})
     assert held[T] == Balance(100, 0, 30)
     assert held[C] == Balance(None, 0, 5)
     assert held[TC] == Balance(None)  # missing dimensions are unbounded, still tracked
-    consumed = settle_hold(held, {T: 30, C: 5}, {T: 45})
+    consumed = settle_reservation(held, {T: 30, C: 5}, {T: 45})
     assert consumed[T] == Balance(100, 45, 0)
     assert consumed[C] == Balance(None, 0, 0)
-    released = settle_hold(apply_hold(consumed, {T: 10}), {T: 10})
+    released = settle_reservation(apply_reservation(consumed, {T: 10}), {T: 10})
     assert released[T] == Balance(100, 45, 0)
 
 
 def test_settling_more_than_is_held_is_a_bug_not_a_refusal() -> None:
     with pytest.raises(ValueError, match="only 5 is held"):
-        settle_hold({T: Balance(100, held=5)}, {T: 6})
+        settle_reservation({T: Balance(100, held=5)}, {T: 6})
 
 
 def test_remaining_never_goes_negative() -> None:
@@ -289,7 +289,7 @@ def test_rfc_tool_call_trace_third_reserve_breaches_and_fails_the_run() -> None:
         decision = decide_reserve({RUN_BALANCE: balances}, {TC: 1})
         assert dict(decision.granted) == {TC: 1}
         outcome = apply_consume(
-            apply_hold(balances, decision.granted), decision.granted, {TC: 1}, budget, status
+            apply_reservation(balances, decision.granted), decision.granted, {TC: 1}, budget, status
         )
         balances, status = dict(outcome.balances), outcome.status
         events += outcome.events
@@ -348,13 +348,13 @@ def test_threshold_and_exhaustion_fire_once_per_dimension() -> None:
 
 def test_consume_settles_the_hold_and_reports_overrun() -> None:
     budget = resolve_effective_budget(BudgetPolicy(max_tokens=1000))
-    balances = apply_hold(run_balances(budget), {T: 100, C: 5})
+    balances = apply_reservation(run_balances(budget), {T: 100, C: 5})
     outcome = apply_consume(balances, {T: 100, C: 5}, {T: 130, C: 2, R: 1}, budget, RunStatus())
     assert outcome.balances[T] == Balance(1000, 130, 0)
     assert outcome.balances[C] == Balance(None, 2, 0)
     assert dict(outcome.overrun) == {T: 30, R: 1}
-    without_hold = apply_consume(run_balances(budget), None, {T: 130}, budget, RunStatus())
-    assert dict(without_hold.overrun) == {}
+    without_reservation = apply_consume(run_balances(budget), None, {T: 130}, budget, RunStatus())
+    assert dict(without_reservation.overrun) == {}
 
 
 def test_consume_breach_with_interrupt_interrupts_without_run_failed() -> None:
@@ -543,9 +543,9 @@ def test_totals_past_int64_are_validation_failed_naming_the_amount() -> None:
         apply_resume(EffectiveBudget(max_cost_nanos=edge - 5), interrupted, {C: 6})
     assert _violations(resume.value) == ["delta.cost_nanos"]
     near = {T: Balance(None, consumed=edge - 1, held=0)}
-    assert settle_hold(near, None, {T: 1})[T].consumed == edge
+    assert settle_reservation(near, None, {T: 1})[T].consumed == edge
     with pytest.raises(DomainError) as consume:
-        settle_hold(near, None, {T: 2})
+        settle_reservation(near, None, {T: 2})
     assert _violations(consume.value) == ["usage.tokens"]
     held = {RUN_BALANCE: {C: Balance(None, held=edge)}}
     with pytest.raises(DomainError) as reserve:
@@ -596,20 +596,26 @@ def test_error_metadata_is_lower_camel_strings() -> None:
 
 def test_hold_lifecycle_rules() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    assert effective_hold_state(HoldState.OPEN, now + timedelta(seconds=1), now) is HoldState.OPEN
-    assert effective_hold_state(HoldState.OPEN, now, now) is HoldState.EXPIRED
-    assert effective_hold_state(HoldState.RELEASED, now, now) is HoldState.RELEASED
-    assert consume_settles_hold(HoldState.OPEN) is True
-    assert consume_settles_hold(HoldState.EXPIRED) is False
-    assert consume_settles_hold(HoldState.RELEASED) is False
-    ensure_can_release(HoldState.OPEN)
-    for state in (HoldState.CONSUMED, HoldState.RELEASED, HoldState.EXPIRED):
+    assert (
+        effective_reservation_state(ReservationState.OPEN, now + timedelta(seconds=1), now)
+        is ReservationState.OPEN
+    )
+    assert effective_reservation_state(ReservationState.OPEN, now, now) is ReservationState.EXPIRED
+    assert (
+        effective_reservation_state(ReservationState.RELEASED, now, now)
+        is ReservationState.RELEASED
+    )
+    assert consume_settles_reservation(ReservationState.OPEN) is True
+    assert consume_settles_reservation(ReservationState.EXPIRED) is False
+    assert consume_settles_reservation(ReservationState.RELEASED) is False
+    ensure_can_release(ReservationState.OPEN)
+    for state in (ReservationState.CONSUMED, ReservationState.RELEASED, ReservationState.EXPIRED):
         with pytest.raises(DomainError) as refused:
             ensure_can_release(state)
         assert refused.value.reason == "RESERVATION_SETTLED"
         assert refused.value.metadata == {"state": state.value}
     with pytest.raises(DomainError):
-        consume_settles_hold(HoldState.CONSUMED)
+        consume_settles_reservation(ReservationState.CONSUMED)
 
 
 # --- the correctness bar under random interleavings ------------------------------------------
@@ -632,11 +638,11 @@ _limit = st.one_of(st.none(), st.integers(min_value=0, max_value=100))
 def _check_bar(
     balances: Mapping[BalanceRef, Mapping[Dimension, Balance]],
     excess: Mapping[BalanceRef, Mapping[Dimension, int]],
-    open_holds: list[Mapping[Dimension, int]],
+    open_reservations: list[Mapping[Dimension, int]],
 ) -> None:
     for ref, dims in balances.items():
         for d, b in dims.items():
-            assert b.held == sum(h.get(d, 0) for h in open_holds)
+            assert b.held == sum(h.get(d, 0) for h in open_reservations)
             if b.limit is not None:
                 # consumed may pass the limit only through recorded usage beyond a hold.
                 assert b.consumed + b.held <= b.limit + excess[ref][d]
@@ -668,7 +674,7 @@ def test_granted_consumed_plus_held_never_exceeds_any_limit(
         },
     }
     excess = {ref: dict.fromkeys(Dimension, 0) for ref in balances}
-    status, open_holds = RunStatus(), []
+    status, open_reservations = RunStatus(), []
     for op in ops:
         if op[0] == "reserve":
             estimate, mode = op[1], op[2]
@@ -684,9 +690,9 @@ def test_granted_consumed_plus_held_never_exceeds_any_limit(
                 assert status.state is not RunState.ACTIVE
             elif decision.contention is None:
                 balances = {
-                    ref: apply_hold(dims, decision.granted) for ref, dims in balances.items()
+                    ref: apply_reservation(dims, decision.granted) for ref, dims in balances.items()
                 }
-                open_holds.append(decision.granted)
+                open_reservations.append(decision.granted)
                 for dims in balances.values():
                     for d in decision.granted:
                         limit = dims[d].limit
@@ -695,21 +701,25 @@ def test_granted_consumed_plus_held_never_exceeds_any_limit(
             usage, index = op[1], op[2]
             assert isinstance(usage, dict)
             assert isinstance(index, int)
-            hold = open_holds.pop(index) if 0 <= index < len(open_holds) else None
-            outcome = apply_consume(balances[RUN_BALANCE], hold, usage, budget, status)
+            reservation = (
+                open_reservations.pop(index) if 0 <= index < len(open_reservations) else None
+            )
+            outcome = apply_consume(balances[RUN_BALANCE], reservation, usage, budget, status)
             status = outcome.status
             balances = {
                 RUN_BALANCE: outcome.balances,
-                POOL: settle_hold(balances[POOL], hold, usage),
+                POOL: settle_reservation(balances[POOL], reservation, usage),
             }
             for ref in balances:
                 for d, used in usage.items():
-                    excess[ref][d] += max(0, used - (hold or {}).get(d, 0))
+                    excess[ref][d] += max(0, used - (reservation or {}).get(d, 0))
         else:  # release or expiry: the same arithmetic, the hold stops counting
             index = op[1]
             assert isinstance(index, int)
-            if index >= len(open_holds):
+            if index >= len(open_reservations):
                 continue
-            hold = open_holds.pop(index)
-            balances = {ref: settle_hold(dims, hold) for ref, dims in balances.items()}
-        _check_bar(balances, excess, open_holds)
+            reservation = open_reservations.pop(index)
+            balances = {
+                ref: settle_reservation(dims, reservation) for ref, dims in balances.items()
+            }
+        _check_bar(balances, excess, open_reservations)

@@ -16,7 +16,7 @@ async def test_calls_for_one_run_go_one_at_a_time_and_other_runs_pass() -> None:
     release, two_inside = asyncio.Event(), asyncio.Event()
 
     async def call(run_id: str) -> None:
-        async with gates.hold("t", run_id):
+        async with gates.reservation("t", run_id):
             inside.append(run_id)
             if len(inside) == 2:
                 two_inside.set()
@@ -35,11 +35,11 @@ async def test_calls_for_one_run_go_one_at_a_time_and_other_runs_pass() -> None:
 
 async def test_a_wait_past_the_bound_fails_as_retryable_and_leaves_the_gate_usable() -> None:
     gates = RunGates(wait_seconds=0.01, per_run=1)
-    async with gates.hold("t", "r"):
+    async with gates.reservation("t", "r"):
         with pytest.raises(DomainError) as refused:
-            async with gates.hold("t", "r"):
+            async with gates.reservation("t", "r"):
                 pass
     assert refused.value.reason == "STORE_UNAVAILABLE"
-    async with gates.hold("t", "r"):
+    async with gates.reservation("t", "r"):
         pass
     assert not gates._gates  # noqa: SLF001

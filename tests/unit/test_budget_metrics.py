@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from budget_service.adapters.metrics import BudgetMetrics, Tally
 from budget_service.domain import events as ev
 from budget_service.domain.policy import Dimension, Enforcement, Scope
-from budget_service.domain.run_state import Balance, BalanceRef, HoldState
+from budget_service.domain.run_state import Balance, BalanceRef, ReservationState
 from servicekit.labels import MetricLabels
 
 
@@ -31,7 +31,7 @@ def test_a_tally_is_counted_only_when_applied() -> None:
         ],
         Enforcement.ADVISORY,
     )
-    tally.holds_ended([HoldState.EXPIRED, HoldState.CONSUMED])
+    tally.reservations_ended([ReservationState.EXPIRED, ReservationState.CONSUMED])
     tally.overruns({Dimension.TOKENS: 5, Dimension.COST: 0})
     assert "ration_budget_consumed_tokens_total{" not in exposition(registry)
     metrics.apply(tally)

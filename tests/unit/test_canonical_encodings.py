@@ -14,7 +14,7 @@ from budget_service.domain.fingerprints import (
     open_run_fingerprint,
 )
 from budget_service.domain.policy import BudgetPolicy, Dimension, OnExhaustion
-from budget_service.domain.run_state import HoldState, RunState
+from budget_service.domain.run_state import ReservationState, RunState
 from budget_service.store import stored_replies as replies
 from memory_service.api.requests import append_command
 from memory_service.domain.write_redaction import canonical_json as memory_canonical_json
@@ -80,7 +80,7 @@ def test_the_memory_write_fingerprint_ignores_metadata_order() -> None:
 
 
 def test_a_stored_budget_reply_is_canonical_json() -> None:
-    result = ConsumeResult({Dimension.TOKENS: 3}, [], RunState.ACTIVE, HoldState.CONSUMED)
+    result = ConsumeResult({Dimension.TOKENS: 3}, [], RunState.ACTIVE, ReservationState.CONSUMED)
     data = replies.consume_bytes(result)
     assert data == json.dumps(json.loads(data), sort_keys=True, separators=(",", ":")).encode()
     assert replies.consume_of(data) == replies.consume_of(

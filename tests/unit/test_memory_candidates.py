@@ -18,7 +18,7 @@ from memory_service.domain.candidate_index import (
     CandidateRow,
 )
 from memory_service.domain.selection import StoppedBy, rank_recency, select_prefix
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.usecases.candidate_cache import CandidateCache
 from memory_service.usecases.relevance import fused_relevance, relevance_ranking
 
@@ -41,9 +41,9 @@ def row(
         created_at=T0 + timedelta(seconds=seconds),
         expires_at=expires,
         sizes={
-            TokenUnit.O200K_BASE: size,
-            TokenUnit.CL100K_BASE: size + 1,
-            TokenUnit.CHARS: 4 * size,
+            TokenCounter.O200K_BASE: size,
+            TokenCounter.CL100K_BASE: size + 1,
+            TokenCounter.CHARS: 4 * size,
         },
     )
 
@@ -88,7 +88,7 @@ def test_an_index_built_before_entries_expire_drops_them_once_the_clock_passes()
 
 def test_the_walk_reads_only_the_prefix_it_takes() -> None:
     index = CandidateIndex([row(f"e{i:04d}", -i, size=100) for i in range(5000)])
-    ranked = index.ranked(index.all, TokenUnit.O200K_BASE)
+    ranked = index.ranked(index.all, TokenCounter.O200K_BASE)
     selection = select_prefix(ranked, token_budget=250)
     assert [c.entry_id for c in selection.selected] == ["e0000", "e0001"]
     assert (selection.total, selection.candidate_count, selection.omitted_count) == (
@@ -99,7 +99,7 @@ def test_the_walk_reads_only_the_prefix_it_takes() -> None:
     assert selection.first_omitted is not None
     assert selection.first_omitted.entry_id == "e0002"
     assert selection.stopped_by is StoppedBy.BUDGET
-    assert index.ranked(index.all, TokenUnit.CHARS)[0].size == 400
+    assert index.ranked(index.all, TokenCounter.CHARS)[0].size == 400
 
 
 def test_weight_counts_rows_and_vectors() -> None:
@@ -210,8 +210,8 @@ def test_an_index_larger_than_the_cache_is_served_but_not_kept() -> None:
     assert len(cache) == 0
 
 
-@pytest.mark.parametrize("unit", list(TokenUnit))
-def test_sizes_follow_the_requested_unit(unit: TokenUnit) -> None:
+@pytest.mark.parametrize("unit", list(TokenCounter))
+def test_sizes_follow_the_requested_unit(unit: TokenCounter) -> None:
     index = CandidateIndex([row("a", 1, size=7)])
     assert (
         index.ranked(index.all, unit)[0].size
@@ -237,11 +237,11 @@ def test_a_remembered_listing_lasts_until_the_next_expiry_and_no_longer() -> Non
     made = datetime(2030, 1, 1, tzinfo=UTC)
     first, second = made + timedelta(seconds=5), made + timedelta(seconds=9)
     index = CandidateIndex([row("a", 3), row("b", 2, expires=first), row("c", 1, expires=second)])
-    key = ("recency", "", (), TokenUnit.CHARS, 800, 10)
+    key = ("recency", "", (), TokenCounter.CHARS, 800, 10)
     index.remember_listing(key, made, "answer")
     assert index.listing(key, made + timedelta(seconds=4.999999)) == "answer"
     assert index.listing(key, first) is None  # b expires at `first`: the answer changed
-    assert index.listing(("recency", "", (), TokenUnit.CHARS, 800, 11), made) is None
+    assert index.listing(("recency", "", (), TokenCounter.CHARS, 800, 11), made) is None
     index.remember_listing(key, first, "after b")  # made once b is gone: until c expires
     assert index.listing(key, second - timedelta(microseconds=1)) == "after b"
     assert index.listing(key, second) is None

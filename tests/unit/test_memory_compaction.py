@@ -21,7 +21,7 @@ from memory_service.domain.ids import new_entry_id, new_version_id
 from memory_service.domain.manifest import (
     Change,
     ChangeOp,
-    ItemState,
+    EntryState,
     ManifestItem,
     canonical_content,
 )
@@ -32,7 +32,7 @@ POLICY = CompactionPolicy(enabled=True, min_tombstone_revisions=10)
 
 def tombstone(last_change: int = 1, *, tagged: bool = False, entry_id: str = "") -> TombstoneStatus:
     return TombstoneStatus(
-        entry_id or new_entry_id(), new_version_id(), ItemState.INACTIVE, tagged, last_change
+        entry_id or new_entry_id(), new_version_id(), EntryState.INACTIVE, tagged, last_change
     )
 
 
@@ -60,7 +60,7 @@ def test_age_zero_makes_a_fresh_tombstone_eligible() -> None:
 
 def test_active_and_tagged_items_are_never_eligible() -> None:
     zero = CompactionPolicy(min_tombstone_revisions=0)
-    active = TombstoneStatus(new_entry_id(), new_version_id(), ItemState.ACTIVE, False, 1)
+    active = TombstoneStatus(new_entry_id(), new_version_id(), EntryState.ACTIVE, False, 1)
     assert not eligible(active, 100, zero)
     assert not eligible(tombstone(1, tagged=True), 100, zero)
 
@@ -101,11 +101,11 @@ def _materialised_plan(
 ) -> None:
     """Build real manifests before and after and compare their lengths with the plan."""
     actives = [
-        ManifestItem(new_entry_id(), new_version_id(), "a" * 64, ItemState.ACTIVE)
+        ManifestItem(new_entry_id(), new_version_id(), "a" * 64, EntryState.ACTIVE)
         for _ in range(active)
     ]
     stones = [
-        ManifestItem(new_entry_id(), new_version_id(), "b" * 64, ItemState.INACTIVE)
+        ManifestItem(new_entry_id(), new_version_id(), "b" * 64, EntryState.INACTIVE)
         for _ in range(count)
     ]
     # The base revision's own changes: the last forget, which deactivated one of the stones.

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from memory_service.api.item_messages import RESPONSES, MemoryItems
 from memory_service.domain.commands import Rank
 from memory_service.domain.records import Item, ListResult
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from ration.memory.v1 import memory_service_pb2
 
 
@@ -42,13 +42,13 @@ def test_a_response_is_reused_only_for_the_very_same_answer() -> None:
         built.append(total)
         return memory_service_pb2.ListMemoryResponse(total_tokens=total)
 
-    answer = ListResult(TokenUnit.CHARS, Rank.RECENCY, revision=3, total_tokens=7)
-    equal = ListResult(TokenUnit.CHARS, Rank.RECENCY, revision=3, total_tokens=7)
+    answer = ListResult(TokenCounter.CHARS, Rank.RECENCY, revision=3, total_tokens=7)
+    equal = ListResult(TokenCounter.CHARS, Rank.RECENCY, revision=3, total_tokens=7)
     first = items.list_response(answer, lambda: build(7))
     assert items.list_response(answer, lambda: build(7)) is first
     assert items.list_response(equal, lambda: build(7)) is not first  # equal is not the same
     assert built == [7, 7]
     for n in range(RESPONSES):  # the bound evicts the oldest
-        later = ListResult(TokenUnit.CHARS, Rank.RECENCY, total_tokens=n)
+        later = ListResult(TokenCounter.CHARS, Rank.RECENCY, total_tokens=n)
         items.list_response(later, lambda: build(0))
     assert items.list_response(answer, lambda: build(7)) is not first

@@ -18,7 +18,7 @@ from memory_service.domain.manifest import (
     INACTIVE_ITEM_BYTES,
     Change,
     ChangeOp,
-    ItemState,
+    EntryState,
     ManifestItem,
     canonical_content,
     canonical_json,
@@ -32,7 +32,7 @@ HEX = "0123456789abcdef"
 entry_ids = st.text(HEX, min_size=32, max_size=32).map(lambda h: "mem_ent_" + h)
 version_ids = st.text(HEX, min_size=32, max_size=32).map(lambda h: "mem_ver_" + h)
 hashes = st.text(HEX, min_size=64, max_size=64)
-states = st.sampled_from(list(ItemState))
+states = st.sampled_from(list(EntryState))
 reasons = st.one_of(
     st.none(),
     st.just(""),
@@ -92,15 +92,15 @@ def revisions(draw: st.DrawFn) -> tuple[list[ManifestItem], list[Change]]:
     return items, changes
 
 
-def item(state: ItemState = ItemState.ACTIVE) -> ManifestItem:
+def item(state: EntryState = EntryState.ACTIVE) -> ManifestItem:
     return ManifestItem(new_entry_id(), new_version_id(), "0" * 64, state)
 
 
 @pytest.mark.parametrize(
     ("state", "width"),
-    [(ItemState.ACTIVE, ACTIVE_ITEM_BYTES), (ItemState.INACTIVE, INACTIVE_ITEM_BYTES)],
+    [(EntryState.ACTIVE, ACTIVE_ITEM_BYTES), (EntryState.INACTIVE, INACTIVE_ITEM_BYTES)],
 )
-def test_item_widths_match_the_design(state: ItemState, width: int) -> None:
+def test_item_widths_match_the_design(state: EntryState, width: int) -> None:
     one = item(state)
     encoded = rfc8785.dumps(
         {
@@ -130,7 +130,7 @@ def test_manifest_bytes_equals_materialised_rfc8785_length(
     revision: tuple[list[ManifestItem], list[Change]],
 ) -> None:
     items, changes = revision
-    active = sum(1 for i in items if i.state is ItemState.ACTIVE)
+    active = sum(1 for i in items if i.state is EntryState.ACTIVE)
     expected = materialise(items, changes)
     assert canonical_content(items, changes) == expected
     assert manifest_bytes(active, len(items) - active, changes) == len(expected)
@@ -174,8 +174,8 @@ def test_control_characters_in_reasons_use_jcs_escapes() -> None:
 
 
 def test_items_and_changes_sort_by_entry_id_bytes() -> None:
-    low = ManifestItem("mem_ent_" + "0" * 32, new_version_id(), "a" * 64, ItemState.ACTIVE)
-    high = ManifestItem("mem_ent_" + "f" * 32, new_version_id(), "b" * 64, ItemState.ACTIVE)
+    low = ManifestItem("mem_ent_" + "0" * 32, new_version_id(), "a" * 64, EntryState.ACTIVE)
+    high = ManifestItem("mem_ent_" + "f" * 32, new_version_id(), "b" * 64, EntryState.ACTIVE)
     encoded = canonical_content([high, low], [])
     assert encoded.index(low.entry_id.encode()) < encoded.index(high.entry_id.encode())
 
@@ -199,7 +199,7 @@ def test_duplicate_entry_ids_are_rejected() -> None:
 )
 def test_items_with_other_widths_cannot_exist(entry_id: str, version_id: str, digest: str) -> None:
     with pytest.raises(ValueError, match="entry|hash"):
-        ManifestItem(entry_id, version_id, digest, ItemState.ACTIVE)
+        ManifestItem(entry_id, version_id, digest, EntryState.ACTIVE)
 
 
 json_values: st.SearchStrategy[Any] = st.recursive(

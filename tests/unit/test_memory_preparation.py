@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memory_service.adapters.embedder import Embedder, from_bytes
-from memory_service.adapters.tokenizer import TokenCounter
+from memory_service.adapters.tokenizer import Tokenizer
 from memory_service.domain.commands import (
     AppendEntries,
     ChangeEntryStates,
@@ -20,7 +20,7 @@ from memory_service.domain.commands import (
 )
 from memory_service.domain.manifest import content_hash
 from memory_service.domain.redaction import Secret
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.domain.write_redaction import REQUEST_SECRET_LABEL, redact_write
 from memory_service.usecases.preparation import prepare_write
 from servicekit.errors import BadRequestDetail, DomainError
@@ -36,11 +36,11 @@ def append(*drafts: EntryDraft, secrets: tuple[Secret, ...] = ()) -> AppendEntri
 
 
 @pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter.load()
+def counter() -> Tokenizer:
+    return Tokenizer.load()
 
 
-def test_hash_and_sizes_are_of_the_redacted_content(counter: TokenCounter) -> None:
+def test_hash_and_sizes_are_of_the_redacted_content(counter: Tokenizer) -> None:
     draft = EntryDraft(
         f"password {SECRET}",
         kind=SECRET,
@@ -57,12 +57,12 @@ def test_hash_and_sizes_are_of_the_redacted_content(counter: TokenCounter) -> No
         {"k": "[REDACTED:vault]", "key-[REDACTED:vault]": "v"},
     )
     assert entry.content_hash == content_hash(redacted)
-    assert entry.sizes[TokenUnit.CHARS] == len(redacted)
-    assert entry.sizes[TokenUnit.O200K_BASE] == counter.count(TokenUnit.O200K_BASE, redacted)
+    assert entry.sizes[TokenCounter.CHARS] == len(redacted)
+    assert entry.sizes[TokenCounter.O200K_BASE] == counter.count(TokenCounter.O200K_BASE, redacted)
     assert prepared.redactions == {"vault": 5}
 
 
-def test_ids_are_kept_when_given_and_generated_otherwise(counter: TokenCounter) -> None:
+def test_ids_are_kept_when_given_and_generated_otherwise(counter: Tokenizer) -> None:
     first, second = prepare_write(
         append(EntryDraft("a", entry_id=ENTRY_ID), EntryDraft("b")), counter
     ).entries
@@ -72,7 +72,7 @@ def test_ids_are_kept_when_given_and_generated_otherwise(counter: TokenCounter) 
     assert first.entry_version_id != second.entry_version_id
 
 
-def test_a_revision_keeps_its_entry_id_and_its_reason_is_redacted(counter: TokenCounter) -> None:
+def test_a_revision_keeps_its_entry_id_and_its_reason_is_redacted(counter: Tokenizer) -> None:
     command = ReviseEntry(
         TARGET, ENTRY_ID, EntryDraft("new"), (Secret("vault", SECRET),), f"rotated {SECRET}"
     )
@@ -82,7 +82,7 @@ def test_a_revision_keeps_its_entry_id_and_its_reason_is_redacted(counter: Token
     assert prepared.redactions == {"vault": 1}
 
 
-def test_metric_labels_never_carry_caller_chosen_secret_ids(counter: TokenCounter) -> None:
+def test_metric_labels_never_carry_caller_chosen_secret_ids(counter: Tokenizer) -> None:
     secrets = (Secret("customer-42-token", SECRET), Secret("jwt", "another-secret-value"))
     text = f"{SECRET} another-secret-value {GITHUB}"
     prepared = prepare_write(append(EntryDraft(text), secrets=secrets), counter)
@@ -92,7 +92,7 @@ def test_metric_labels_never_carry_caller_chosen_secret_ids(counter: TokenCounte
 
 
 def test_the_vector_is_of_the_redacted_content_and_absent_without_an_embedder(
-    counter: TokenCounter,
+    counter: Tokenizer,
 ) -> None:
     embedder = Embedder.load()
     command = append(

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from memory_service.domain.capacity import CapacityBudget, Dimension, Operation
 from memory_service.domain.compaction import CompactionPolicy, TombstoneStatus, plan_compaction
 from memory_service.domain.ids import new_entry_id, new_version_id
-from memory_service.domain.manifest import ChangeOp, ItemState, ManifestItem, canonical_content
+from memory_service.domain.manifest import ChangeOp, EntryState, ManifestItem, canonical_content
 from memory_service.domain.records import Head, HeadItem
 from memory_service.domain.revisions import (
     RevisionPlan,
@@ -22,7 +22,7 @@ from memory_service.domain.revisions import (
     plan_reactivate,
     plan_revise,
 )
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.usecases.preparation import PreparedEntry
 
 HASHES = ("a" * 64, "b" * 64, "c" * 64)
@@ -38,18 +38,18 @@ def prepared(content_hash: str = HASHES[0], tags: tuple[str, ...] = ()) -> Prepa
         metadata={},
         content_hash=content_hash,
         expires_at=None,
-        sizes=dict.fromkeys(TokenUnit, 1),
+        sizes=dict.fromkeys(TokenCounter, 1),
     )
 
 
-def item(state: ItemState, content_hash: str = HASHES[0], created: int = 1) -> HeadItem:
+def item(state: EntryState, content_hash: str = HASHES[0], created: int = 1) -> HeadItem:
     return HeadItem(
         new_entry_id(), new_version_id(), content_hash, state, False, created, 1, created
     )
 
 
 def head_of(items: list[HeadItem], revision: int = 3) -> Head:
-    active = sum(i.state is ItemState.ACTIVE for i in items)
+    active = sum(i.state is EntryState.ACTIVE for i in items)
     manifest = [
         ManifestItem(i.entry_id, i.entry_version_id, i.entry_content_hash, i.state) for i in items
     ]
@@ -73,17 +73,17 @@ def applied(items: list[HeadItem], plan: RevisionPlan) -> list[ManifestItem]:
 def assert_exact(items: list[HeadItem], plan: RevisionPlan) -> None:
     manifest = applied(items, plan)
     assert plan.manifest_bytes == len(canonical_content(manifest, plan.changes))
-    assert plan.active_count == sum(m.state is ItemState.ACTIVE for m in manifest)
+    assert plan.active_count == sum(m.state is EntryState.ACTIVE for m in manifest)
     assert plan.active_count + plan.inactive_count == len(manifest)
 
 
-states = st.lists(st.sampled_from(ItemState), max_size=12)
+states = st.lists(st.sampled_from(EntryState), max_size=12)
 
 
 @settings(max_examples=60)
 @given(states=states, picks=st.lists(st.integers(0, 11), max_size=6), adds=st.integers(1, 4))
 def test_every_plan_encodes_to_its_reported_bytes(
-    states: list[ItemState], picks: list[int], adds: int
+    states: list[EntryState], picks: list[int], adds: int
 ) -> None:
     items = [item(s, HASHES[n % 3], created=n + 1) for n, s in enumerate(states)]
     head = head_of(items)
@@ -96,13 +96,13 @@ def test_every_plan_encodes_to_its_reported_bytes(
     assert_exact(items, plan_forget(head, chosen, "why"))
     assert_exact(items, plan_reactivate(head, chosen, ""))
     assert_exact(items, plan_dedupe(head, items))
-    active = [i for i in chosen if i.state is ItemState.ACTIVE]
+    active = [i for i in chosen if i.state is EntryState.ACTIVE]
     if active:
         assert_exact(items, plan_revise(head, active[0], prepared(HASHES[2]), "fix"))
     tombstones = [
         TombstoneStatus(i.entry_id, i.entry_version_id, i.state, False, 1)
         for i in items
-        if i.state is ItemState.INACTIVE
+        if i.state is EntryState.INACTIVE
     ]
     compaction = plan_compaction(
         tombstones, head.usage, 3, CompactionPolicy(min_tombstone_revisions=0)
@@ -123,7 +123,7 @@ def test_append_grows_everything_and_starts_versions_at_1() -> None:
 
 
 def test_revise_numbers_the_next_version_and_keeps_the_compaction_age() -> None:
-    current = replace(item(ItemState.ACTIVE), version=4, last_state_change_revision=2)
+    current = replace(item(EntryState.ACTIVE), version=4, last_state_change_revision=2)
     new = prepared(HASHES[1])
     plan = plan_revise(head_of([current], revision=7), current, new, "")
     assert plan.versions[0].version == 5
@@ -139,7 +139,7 @@ def test_revise_numbers_the_next_version_and_keeps_the_compaction_age() -> None:
 
 
 def test_state_changes_skip_entries_already_in_that_state() -> None:
-    gone, live = item(ItemState.INACTIVE), item(ItemState.ACTIVE)
+    gone, live = item(EntryState.INACTIVE), item(EntryState.ACTIVE)
     head = head_of([gone, live])
     assert plan_forget(head, [gone], "").is_noop
     assert plan_reactivate(head, [live], "").is_noop
@@ -151,12 +151,12 @@ def test_state_changes_skip_entries_already_in_that_state() -> None:
 
 
 def test_dedupe_keeps_the_earliest_written_copy_then_the_smallest_id() -> None:
-    late = item(ItemState.ACTIVE, HASHES[0], created=5)
-    early = item(ItemState.ACTIVE, HASHES[0], created=2)
+    late = item(EntryState.ACTIVE, HASHES[0], created=5)
+    early = item(EntryState.ACTIVE, HASHES[0], created=2)
     twins = sorted(
-        (item(ItemState.ACTIVE, HASHES[1], created=3) for _ in range(2)), key=lambda i: i.entry_id
+        (item(EntryState.ACTIVE, HASHES[1], created=3) for _ in range(2)), key=lambda i: i.entry_id
     )
-    unique = item(ItemState.ACTIVE, HASHES[2])
+    unique = item(EntryState.ACTIVE, HASHES[2])
     retired = duplicates_to_retire([late, twins[1], unique, early, twins[0]])
     assert {i.entry_id for i in retired} == {late.entry_id, twins[1].entry_id}
     plan = plan_dedupe(head_of([late, early, *twins, unique]), [late, early, *twins, unique])
@@ -168,7 +168,7 @@ def test_refusal_is_decided_on_the_prepared_revision() -> None:
     budget = CapacityBudget(
         max_active_entries=2, max_manifest_entries=10, max_manifest_bytes=1 << 20
     )
-    items = [item(ItemState.ACTIVE), item(ItemState.ACTIVE)]
+    items = [item(EntryState.ACTIVE), item(EntryState.ACTIVE)]
     head = head_of(items)
     refusal = plan_append(head, [prepared()]).refusal(budget)
     assert refusal is not None

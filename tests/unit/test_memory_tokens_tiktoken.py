@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tiktoken_ext import openai_public
 
-from memory_service.adapters.tokenizer import ENCODINGS, TokenCounter, packaged_data_dir
+from memory_service.adapters.tokenizer import ENCODINGS, Tokenizer, packaged_data_dir
 from memory_service.definition import factory
-from memory_service.domain.token_units import TokenUnit
+from memory_service.domain.token_counters import TokenCounter
 from memory_service.usecases.settings import MemorySettings
 from servicekit.settings import Env, SettingsError
 from tests.support.tokens import tiktoken_encoding
@@ -36,7 +36,7 @@ CORPUS = (
     "numbers 1234567890 3.14159 -42 1e10 0x1F 1,000,000",
     "x" * 3000 + "🎉" * 50,
 )
-UNITS = (TokenUnit.O200K_BASE, TokenUnit.CL100K_BASE)
+UNITS = (TokenCounter.O200K_BASE, TokenCounter.CL100K_BASE)
 
 
 @pytest.fixture
@@ -51,31 +51,31 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="module")
-def counter() -> TokenCounter:
-    return TokenCounter.load()
+def counter() -> Tokenizer:
+    return Tokenizer.load()
 
 
 @pytest.mark.parametrize("text", CORPUS)
 @pytest.mark.parametrize("unit", UNITS)
 def test_counts_equal_tiktoken_on_non_ascii_emoji_and_code(
-    no_network: None, counter: TokenCounter, unit: TokenUnit, text: str
+    no_network: None, counter: Tokenizer, unit: TokenCounter, text: str
 ) -> None:
     assert counter.count(unit, text) == len(tiktoken_encoding(unit.value).encode_ordinary(text))
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.text(st.characters(exclude_categories=["Cs"]), max_size=300))
-def test_counts_equal_tiktoken_on_arbitrary_text(counter: TokenCounter, text: str) -> None:
+def test_counts_equal_tiktoken_on_arbitrary_text(counter: Tokenizer, text: str) -> None:
     for unit in UNITS:
         assert counter.count(unit, text) == len(tiktoken_encoding(unit.value).encode_ordinary(text))
 
 
 def test_loading_and_counting_work_with_the_network_blocked(no_network: None) -> None:
-    counter = TokenCounter.load()
+    counter = Tokenizer.load()
     text = "offline 🎉 counting, naïve"
     for unit in UNITS:
         assert counter.count(unit, text) == len(tiktoken_encoding(unit.value).encode_ordinary(text))
-    assert counter.count(TokenUnit.CHARS, text) == len(text)
+    assert counter.count(TokenCounter.CHARS, text) == len(text)
 
 
 def _data_dir(tmp_path: Path) -> Path:
@@ -114,7 +114,7 @@ def test_the_service_starts_from_a_verified_copy(tmp_path: Path, no_network: Non
 
 
 @pytest.mark.parametrize("unit", UNITS)
-def test_pinned_patterns_and_special_tokens_are_tiktokens_own(unit: TokenUnit) -> None:
+def test_pinned_patterns_and_special_tokens_are_tiktokens_own(unit: TokenCounter) -> None:
     # tiktoken's constructor would download the ranks; the test hands it an empty table.
     with mock.patch.object(openai_public, "load_tiktoken_bpe", return_value={}):
         spec = getattr(openai_public, unit.value)()
@@ -124,7 +124,7 @@ def test_pinned_patterns_and_special_tokens_are_tiktokens_own(unit: TokenUnit) -
 
 
 @pytest.mark.timeout(60)  # a guard, not a measurement: the quadratic merge took 450 s
-def test_a_64_kib_pre_token_is_sized_in_linear_time(counter: TokenCounter) -> None:
+def test_a_64_kib_pre_token_is_sized_in_linear_time(counter: Tokenizer) -> None:
     dna = "ACGT" * (64 * 1024 // 4)  # one pre-token: no spaces, punctuation or case change
     for unit in UNITS:
         assert counter.count(unit, dna) == len(tiktoken_encoding(unit.value).encode_ordinary(dna))

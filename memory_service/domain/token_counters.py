@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 
-class TokenUnit(enum.StrEnum):
+class TokenCounter(enum.StrEnum):
     """The unit a token_budget is denominated in (the RFC 0113 tokenCounter values)."""
 
     O200K_BASE = "o200k_base"
