@@ -17,8 +17,8 @@ from memory_service.domain.commands import (
     WriteTarget,
 )
 from memory_service.domain.ids import is_entry_id, validate_memory_ref
-from memory_service.domain.redaction import Secret, find_secret, validate_secrets, view_of
 from servicekit.errors import FieldViolation, validation_error
+from servicekit.redaction import Secret, find_secret, validate_secrets, view_of
 
 MAX_REQUEST_ID_CHARS = 128
 MAX_KIND_CHARS = 64

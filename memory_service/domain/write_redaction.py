@@ -19,9 +19,9 @@ from memory_service.domain.commands import (
     ReviseEntry,
     WriteCommand,
 )
-from memory_service.domain.redaction import DETECTOR_NAMES, Redactor, Secret, SecretBesideMarker
 from memory_service.domain.write_input_rules import InputLimits, raise_if, validate_stored
 from servicekit.errors import FieldViolation, validation_error
+from servicekit.redaction import DETECTOR_NAMES, Redactor, Secret, SecretBesideMarker
 
 # Secret ids are caller-chosen, so metrics never use them as labels (DESIGN 7).
 REQUEST_SECRET_LABEL = "request_secret"
