@@ -80,6 +80,9 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+MAX_TENANT_CHARS = 128
+
+
 def _identity_of(row: object, index: int) -> tuple[str, Identity]:
     """One token row → (digest, identity), or a ValueError naming the row and its fault."""
     where = f"tokens[{index}]"
@@ -89,8 +92,17 @@ def _identity_of(row: object, index: int) -> tuple[str, Identity]:
     if not isinstance(sha, str) or not _HEX_DIGEST.fullmatch(sha):
         raise ValueError(f"{where}.sha256 must be the 64 hex digits of the token's SHA-256")
     tenant = row.get("tenant")
-    if not isinstance(tenant, str) or not tenant.strip():
-        raise ValueError(f"{where}.tenant must be a non-blank string")
+    # Tenants reach Postgres (which cannot hold NUL), logs and labels: printable and bounded.
+    if (
+        not isinstance(tenant, str)
+        or not tenant.strip()
+        or len(tenant) > MAX_TENANT_CHARS
+        or not tenant.isprintable()
+    ):
+        raise ValueError(
+            f"{where}.tenant must be a non-blank string of 1..{MAX_TENANT_CHARS} printable "
+            "characters (no control characters)"
+        )
     roles = row.get("roles")
     if not isinstance(roles, list) or not roles:
         raise ValueError(f"{where}.roles is required: a list of one or more of {', '.join(ROLES)}")
@@ -122,9 +134,10 @@ class TokenTable:
     @classmethod
     def load(cls, path: Path | None) -> TokenTable:
         """Reads `{"tokens": [{"sha256": hex, "tenant": str, "roles": [..], "principal": str}]}`,
-        strictly: a row without roles, with an unknown role, a malformed digest, a blank or
-        non-string tenant or a bad principal, and a digest listed twice, are refused with the
-        row's index. `principal` is optional and defaults to the digest's first 12 hex digits."""
+        strictly: a row without roles, with an unknown role, a malformed digest, a blank,
+        non-string, over-long or non-printable tenant or a bad principal, and a digest listed
+        twice, are refused with the row's index. `principal` is optional and defaults to the
+        digest's first 12 hex digits."""
         if path is None:
             return cls(None)
         try:

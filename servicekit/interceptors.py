@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -20,7 +19,7 @@ from servicekit.errors import (
     unimplemented,
     validation_error,
 )
-from servicekit.logs import request_id_var
+from servicekit.logs import set_request_id
 from servicekit.metrics import GrpcMetrics, MethodMetrics
 from servicekit.status import ErrorMapper
 
@@ -166,11 +165,6 @@ def _split(method: str) -> tuple[str, str]:
     return service, name
 
 
-def _new_request_id() -> str:
-    # A log correlation id, not a secret: no system call per RPC (uuid4 reads os.urandom).
-    return f"{random.getrandbits(128):032x}"
-
-
 class _Series:
     """One method's metrics and access log line around each call."""
 
@@ -178,7 +172,7 @@ class _Series:
         self.method = MethodMetrics(metrics, kind, service, name)
 
     def begin(self, context: grpc.aio.ServicerContext) -> float:
-        request_id_var.set(_metadata(context, "x-request-id") or _new_request_id())
+        set_request_id(_metadata(context, "x-request-id"))
         deadline_var.set(deadline_of(context))  # CPU work not started by then never starts
         self.method.started.inc()
         return time.perf_counter()

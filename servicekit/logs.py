@@ -4,8 +4,11 @@ JSON for machines, compact text for a person at a terminal."""
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import json
 import logging
+import random
+import re
 import sys
 import time
 from typing import TYPE_CHECKING, Any, TextIO
@@ -14,6 +17,40 @@ if TYPE_CHECKING:
     from servicekit.settings import Env
 
 request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+# When the caller's x-request-id was not of a safe shape: a short SHA-256 prefix of it, so
+# their id can still be matched to our lines without the value (maybe a secret) being logged.
+sent_request_id_var: contextvars.ContextVar[str] = contextvars.ContextVar(
+    "request_id_sent_sha256", default=""
+)
+# A UUID, trace id or other hex/dash id of at most 64 characters, or a ULID: nothing a
+# credential looks like, and bounded.
+_SAFE_REQUEST_ID = re.compile(r"[0-9A-Fa-f-]{1,64}|[0-9A-HJKMNP-TV-Za-hjkmnp-tv-z]{26}")
+SENT_DIGEST_HEX = 12
+
+
+def new_request_id() -> str:
+    # A log correlation id, not a secret: no system call per RPC (uuid4 reads os.urandom).
+    return f"{random.getrandbits(128):032x}"
+
+
+def set_request_id(sent: str | None) -> None:
+    """The id this call's log lines carry: the caller's x-request-id when it has a safe shape,
+    else a new one, beside a SHA-256 prefix of what was sent (never the value itself)."""
+    if sent and _SAFE_REQUEST_ID.fullmatch(sent):
+        request_id_var.set(sent)
+        sent_request_id_var.set("")
+        return
+    request_id_var.set(new_request_id())
+    digest = hashlib.sha256(sent.encode("utf-8", "replace")).hexdigest() if sent else ""
+    sent_request_id_var.set(digest[:SENT_DIGEST_HEX])
+
+
+def _correlation() -> dict[str, str]:
+    fields = {"request_id": request_id_var.get()} if request_id_var.get() else {}
+    if sent_request_id_var.get():
+        fields["request_id_sent_sha256"] = sent_request_id_var.get()
+    return fields
+
 
 _RESERVED = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
@@ -29,9 +66,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        request_id = request_id_var.get()
-        if request_id:
-            entry["request_id"] = request_id
+        entry.update(_correlation())
         for key, value in vars(record).items():
             if key not in _RESERVED and not key.startswith("_"):
                 entry[key] = value
@@ -47,7 +82,7 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
         line = f"{stamp} {record.levelname.lower():<5} {record.getMessage()}"
-        fields = {"request_id": request_id_var.get()} if request_id_var.get() else {}
+        fields: dict[str, object] = dict(_correlation())
         fields.update(
             (key, value)
             for key, value in vars(record).items()

@@ -219,11 +219,16 @@ class ServerSettings:
             grace_seconds=env.integer("RATION_SHUTDOWN_GRACE_MS", 5000, minimum=0) / 1000,
             health_probe_seconds=env.integer("RATION_HEALTH_PROBE_MS", 1000, minimum=50) / 1000,
         )
-        outside = non_loopback(host) if settings.dev_mode else None
-        if outside is not None:
-            raise SettingsError(
-                f"{prefix}_LISTEN={listen!r} is refused: without RATION_TOKEN_FILE the server runs "
-                f"in development mode and binds only loopback addresses ({outside}); configure "
-                f"tokens to bind {host}"
-            )
+        if settings.dev_mode:
+            binds = [(f"{prefix}_LISTEN", listen, host)]
+            if metrics_host is not None:  # /metrics holds the dev tenant's counters too
+                binds.append((f"{prefix}_METRICS_LISTEN", metrics, metrics_host))
+            for variable, value, bind_host in binds:
+                outside = non_loopback(bind_host)
+                if outside is not None:
+                    raise SettingsError(
+                        f"{variable}={value!r} is refused: without RATION_TOKEN_FILE the server "
+                        f"runs in development mode and binds only loopback addresses ({outside}); "
+                        f"configure tokens to bind {bind_host}"
+                    )
         return settings

@@ -152,14 +152,20 @@ def close_run(request: pb.CloseRunRequest) -> tuple[cmd.Mutation, cmd.CloseRun]:
 
 def resume_run(request: pb.ResumeRunRequest, principal: str) -> tuple[cmd.Mutation, cmd.ResumeRun]:
     """`principal` (the authenticated caller) is the approver; the request's `approver` text
-    is kept as a note."""
+    is kept as a note, redacted, and the request is fingerprinted with the redacted note, so
+    nothing derived from a secret in it is stored."""
     found = _Violations()
-    mutation = _mutation("ResumeRun", request, found)
+    note_violations = v.validate_note(request.approver, "approver")
+    note = request.approver if note_violations else v.stored_note(request.approver)
+    kept = pb.ResumeRunRequest()
+    kept.CopyFrom(request)
+    kept.approver = note
+    mutation = _mutation("ResumeRun", kept, found)
     found += v.validate_run_id(request.run_id)
     delta = _amounts(request.delta, "delta", found)
-    found += v.validate_note(request.approver, "approver")
+    found += note_violations
     found.check()
-    return mutation, cmd.ResumeRun(request.run_id, delta, principal, request.approver)
+    return mutation, cmd.ResumeRun(request.run_id, delta, principal, note)
 
 
 def _model(model: str, amounts: Mapping[Dimension, int]) -> list[FieldViolation]:

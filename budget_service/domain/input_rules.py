@@ -15,6 +15,7 @@ from budget_service.domain.policy import (
     Window,
 )
 from servicekit.errors import FieldViolation
+from servicekit.redaction import redact
 
 MAX_GLOBS = 64
 MAX_GLOB_LENGTH = 200
@@ -78,12 +79,19 @@ def validate_run_id(run_id: str, path: str = "run_id") -> list[FieldViolation]:
 
 def validate_note(note: str, path: str) -> list[FieldViolation]:
     """A free-text audit note (ResumeRun's `approver`): 1..128 printable characters. It is
-    stored in the ledger as given, so it is bounded and never echoed in replies or events."""
+    stored in the ledger (redacted: `stored_note`), so it is bounded and never echoed in replies
+    or events."""
     if not note:
         return [FieldViolation(path, "must not be empty")]
     if len(note) > MAX_ID_LENGTH or not note.isprintable():
         return [FieldViolation(path, f"must be 1..{MAX_ID_LENGTH} printable characters")]
     return []
+
+
+def stored_note(note: str) -> str:
+    """The note as it may be kept: SR-1's built-in detectors (API keys, passwords,
+    tokens, ...) replace what they find with `[REDACTED:<detector>]` markers."""
+    return redact(note).text
 
 
 def validate_request_id(request_id: str, path: str = "request_id") -> list[FieldViolation]:

@@ -35,12 +35,12 @@ from memory_service.domain.read_input_rules import (
     validate_revisions,
     validate_search,
 )
-from memory_service.domain.redaction import Secret
 from memory_service.domain.token_counters import TokenCounter
 from memory_service.domain.write_input_rules import raise_if
 from memory_service.usecases.write_path import Envelope
 from ration.memory.v1 import memory_pb2, memory_service_pb2
 from servicekit.errors import FieldViolation, validation_error
+from servicekit.redaction import Secret
 from servicekit.timestamps import timestamp_violation, to_datetime
 
 T = TypeVar("T")

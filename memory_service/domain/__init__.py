@@ -1,7 +1,9 @@
 """The memory domain, opened first: ids, the canonical manifest and its size, the capacity
 contract, compaction planning, selection under a token budget, SR-1 redaction, commands,
 records, next-revision planning and input rules, as pure functions over dataclasses (standard
-library and servicekit.errors only; see the layout README for the known exceptions).
+library and servicekit only; see the layout README for the known exceptions). The
+redaction of one text and its detector table are in servicekit (`redaction`, `secret_shapes`),
+which the budget service uses too.
 
 - `candidate_index`: The candidate index of one revision: what ListMemory and SearchMemory rank,
   without content.
@@ -12,7 +14,6 @@ library and servicekit.errors only; see the layout README for the known exceptio
   transport-free.
 - `compaction`: Compaction: which tombstones may leave the manifest, in what order, and what it
   reclaims.
-- `detectors`: SR-1's built-in secret detectors: what people leak, as a table of named patterns.
 - `ids`: Identifiers of the memory service: entry and version ids, and memory_ref validation.
 - `manifest`: Canonical content of a revision (RFC 8785 JSON) and its exact size, computed
   incrementally.
@@ -20,8 +21,6 @@ library and servicekit.errors only; see the layout README for the known exceptio
   changes, citations); a malformed memory_ref reads as an absent memory.
 - `records`: Plain records of stored memory: heads, items, versions, revisions, capacity, read
   results.
-- `redaction`: SR-1 redaction of one text: request-carried secrets first, then the built-in
-  detectors.
 - `refusals`: The memory service's documented refusals (DESIGN 11), as DomainErrors with structured
   fields.
 - `revisions`: The next revision of each write, fully prepared before anything is written (pure).

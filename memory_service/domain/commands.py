@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from memory_service.domain.redaction import Secret
 from memory_service.domain.token_counters import TokenCounter
+from servicekit.redaction import Secret
 
 
 class OrganizeMode(enum.StrEnum):

@@ -13,11 +13,12 @@ from memory_service.domain.commands import (
     EntryDraft,
     OrganizeMemory,
     ReviseEntry,
+    WriteCommand,
     WriteTarget,
 )
 from memory_service.domain.ids import is_entry_id, validate_memory_ref
-from memory_service.domain.redaction import Secret, find_secret, validate_secrets, view_of
 from servicekit.errors import FieldViolation, validation_error
+from servicekit.redaction import Secret, find_secret, validate_secrets, view_of
 
 MAX_REQUEST_ID_CHARS = 128
 MAX_KIND_CHARS = 64
@@ -292,4 +293,43 @@ def validate_compact(command: CompactMemory, limits: InputLimits) -> list[FieldV
     if command.limit < 0:
         found.append(FieldViolation("limit", "must be >= 0 (0 = no limit)"))
     found.extend(_reason_and_secrets(command.target, command.reason, command.secrets, limits))
+    return found
+
+
+def _utf8(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def validate_stored(command: WriteCommand, limits: InputLimits) -> list[FieldViolation]:
+    """The size limits again, on the command as redacted: a marker can be longer than what it
+    replaces, and what is stored (and answered) must fit the limits the service advertises."""
+    if isinstance(command, AppendEntries):
+        drafts = [(f"entries[{i}]", e) for i, e in enumerate(command.entries)]
+        field, reason = "entries", ""
+    elif isinstance(command, ReviseEntry):
+        drafts, field, reason = [("entry", command.entry)], "entry", command.reason
+    elif isinstance(command, ChangeEntryStates | CompactMemory):
+        drafts, field, reason = [], "reason", command.reason
+    else:
+        return []  # OrganizeMemory carries no caller text
+    found: list[FieldViolation] = []
+    for path, draft in drafts:
+        size = _utf8(draft.content)
+        if size > limits.max_entry_size_bytes:
+            found.append(
+                FieldViolation(
+                    f"{path}.content",
+                    f"is {size} bytes of UTF-8 after redaction; "
+                    f"the maximum is {limits.max_entry_size_bytes}",
+                )
+            )
+    total = _utf8(reason) + sum(_utf8(t) for _, d in drafts for t in _draft_texts(d))
+    if total > limits.max_request_text_bytes:
+        found.append(
+            FieldViolation(
+                field,
+                f"the request's text is {total} bytes of UTF-8 after redaction; "
+                f"the maximum is {limits.max_request_text_bytes}",
+            )
+        )
     return found

@@ -19,8 +19,9 @@ from memory_service.domain.commands import (
     ReviseEntry,
     WriteCommand,
 )
-from memory_service.domain.redaction import DETECTOR_NAMES, Redactor, Secret, SecretBesideMarker
+from memory_service.domain.write_input_rules import InputLimits, raise_if, validate_stored
 from servicekit.errors import FieldViolation, validation_error
+from servicekit.redaction import DETECTOR_NAMES, Redactor, Secret, SecretBesideMarker
 
 # Secret ids are caller-chosen, so metrics never use them as labels (DESIGN 7).
 REQUEST_SECRET_LABEL = "request_secret"
@@ -86,15 +87,18 @@ def _ids_only(secrets: tuple[Secret, ...]) -> tuple[Secret, ...]:
     return tuple(Secret(s.secret_id, "") for s in secrets)
 
 
-def redact_write(command: W) -> RedactedWrite[W]:
+def redact_write(command: W, limits: InputLimits | None = None) -> RedactedWrite[W]:
     """Redact every caller-supplied text of a write (content, kind, tags, metadata keys and
-    values, reason) with the request's secrets and the built-in detectors.
+    values, reason) with the request's secrets and the built-in detectors; with limits, refuse
+    a write whose redacted text no longer fits them (markers can outgrow what they replace).
 
     Pure and CPU-bound (regexes over up to the request's text limit): run it off the event
     loop. Identifiers are not rewritten: validation refuses one that holds a request secret.
     """
     clean = _Cleaner(getattr(command, "secrets", ()))
     redacted = cast(W, _rewrite(command, clean))
+    if limits is not None:
+        raise_if(validate_stored(redacted, limits))
     return RedactedWrite(redacted, dict(clean.counts), _by_detector(clean.counts, command))
 
 

@@ -61,7 +61,7 @@ class MemoryCompaction:
             identity.require("admin")
         raise_if(validate_compact(command, self._path.policy.limits))
         # One reason of at most MAX_REASON_CHARS: cheap enough to redact on the event loop.
-        redacted = redact_write(command)
+        redacted = redact_write(command, self._path.policy.limits)
         command = redacted.command
         if command.dry_run:
             return envelope.encode(await self._preview(identity, command))

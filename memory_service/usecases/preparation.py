@@ -13,6 +13,7 @@ from memory_service.domain.commands import AppendEntries, EntryDraft, ReviseEntr
 from memory_service.domain.ids import new_entry_id, new_version_id
 from memory_service.domain.manifest import content_hash
 from memory_service.domain.token_counters import TokenCounter
+from memory_service.domain.write_input_rules import InputLimits
 from memory_service.domain.write_redaction import RedactedWrite, redact_write
 
 
@@ -72,13 +73,19 @@ def prepare_entries(
     )
 
 
-def prepare_write(command: P, counter: Tokenizer, embedder: Embedder | None = None) -> Prepared[P]:
+def prepare_write(
+    command: P,
+    counter: Tokenizer,
+    embedder: Embedder | None = None,
+    limits: InputLimits | None = None,
+) -> Prepared[P]:
     """Redact the whole command, then hash, size and embed the redacted content.
 
     CPU-bound (regexes, BPE, inference): callers run it off the event loop. Only the content
-    is hashed (dedupe, manifest), sized (ListMemory) and embedded (search).
+    is hashed (dedupe, manifest), sized (ListMemory) and embedded (search). With limits, a
+    command whose redacted text outgrows them is refused before any of that work.
     """
-    redacted = redact_write(command)
+    redacted = redact_write(command, limits)
     written = redacted.command
     if isinstance(written, AppendEntries):
         drafts = written.entries

@@ -105,7 +105,10 @@ class MemoryWrites:
     async def _prepare(self, tenant: str, command: P) -> Prepared[P]:
         # Redaction, tokenizing and embedding are CPU-bound: off the event loop, on the pool
         # that bounds each tenant's share and starts nothing after the call's deadline.
-        return await self._cpu.run(tenant, prepare_write, command, self._counter, self._embedder)
+        limits = self._path.policy.limits
+        return await self._cpu.run(
+            tenant, prepare_write, command, self._counter, self._embedder, limits
+        )
 
     async def append(
         self, identity: Identity, command: AppendEntries, envelope: Envelope[AppendResult]
@@ -173,7 +176,7 @@ class MemoryWrites:
         the target state are no-ops, and a call where all are creates no revision."""
         raise_if(validate_state_change(command, self._path.policy.limits))
         # At most one reason of MAX_REASON_CHARS: cheap enough to redact on the event loop.
-        redacted = redact_write(command)
+        redacted = redact_write(command, self._path.policy.limits)
         reason = redacted.command.reason
         plan_states = plan_reactivate if active else plan_forget
 

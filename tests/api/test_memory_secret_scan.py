@@ -76,7 +76,8 @@ SHAPES: dict[str, tuple[str, str]] = {
 # be written through content and metadata values (elsewhere they are refused as bad input).
 MULTI_LINE = ["sk zero-width", "pem lines"]
 CANARY = "PlantedCanary0042"  # no detector matches it: the positive control
-LOG_CANARY = "LogCanary0043"
+# A request id of a shape the logs keep (a UUID): only those are logged as sent.
+LOG_CANARY = "1060ca4a-0043-4c0d-8e0f-00000000c0de"
 INVISIBLE = re.compile("[\u00ad\u034f\u200b-\u200f\u2060-\u2064\ufeff]")
 SECRETS = [memory_pb2.Secret(secret_id="run", value=RUN_SECRET)]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory_service.domain.redaction import marker, redact
+from servicekit.redaction import marker, redact
 
 # Fake credentials are assembled at runtime so that secret scanners do not flag this file.
 HEX32 = "0123456789abcdef" * 2

@@ -19,11 +19,11 @@ from memory_service.domain.commands import (
     WriteTarget,
 )
 from memory_service.domain.manifest import content_hash
-from memory_service.domain.redaction import Secret
 from memory_service.domain.token_counters import TokenCounter
 from memory_service.domain.write_redaction import REQUEST_SECRET_LABEL, redact_write
 from memory_service.usecases.preparation import prepare_write
 from servicekit.errors import BadRequestDetail, DomainError
+from servicekit.redaction import Secret
 
 SECRET = "correct-horse-battery"
 GITHUB = "ghp_" + "a1B2c3D4e5" * 4

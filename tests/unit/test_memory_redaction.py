@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory_service.domain.redaction import (
+from servicekit.redaction import (
     DETECTOR_NAMES,
     Secret,
     SecretBesideMarker,

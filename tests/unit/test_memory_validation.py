@@ -14,7 +14,6 @@ from memory_service.domain.commands import (
     ReviseEntry,
     WriteTarget,
 )
-from memory_service.domain.redaction import Secret
 from memory_service.domain.write_input_rules import (
     InputLimits,
     validate_append,
@@ -23,6 +22,7 @@ from memory_service.domain.write_input_rules import (
     validate_revise,
     validate_state_change,
 )
+from servicekit.redaction import Secret
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LIMITS = InputLimits(max_entry_size_bytes=16, max_batch_entries=2)

@@ -1,6 +1,6 @@
 """SR-1's built-in secret detectors: what people leak, as a table of named patterns.
 
-The patterns run on the *matching view* of a text (domain/redaction.py): its compatibility
+The patterns run on the *matching view* of a text (servicekit/redaction.py): its compatibility
 decomposition with invisible characters removed, so full-width letters, ligatures and zero-width
 characters cannot split or disguise a key. Every quantifier that can backtrack is bounded and token
 patterns are anchored by lookbehinds at the start of a run, so each detector is linear in the text.

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from memory_service.domain.detectors import DETECTOR_NAMES, DETECTORS, secret_span
 from servicekit.errors import FieldViolation
+from servicekit.secret_shapes import DETECTOR_NAMES, DETECTORS, secret_span
 
 __all__ = [
     "DETECTOR_NAMES",
