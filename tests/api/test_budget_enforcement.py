@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import urllib.request
+from typing import TypedDict
 
 import asyncpg
 import grpc
@@ -141,6 +142,14 @@ def scrape(port: int) -> str:
         return str(reply.read().decode())
 
 
+class ConsumeArgs(TypedDict):
+    """The keyword arguments of a Consume sent twice."""
+
+    request_id: str
+    tokens: int
+    cost_nanos: int
+
+
 async def test_domain_metrics_count_after_commit(start_server: StartServer) -> None:
     runner = await start_server("budget")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
@@ -149,7 +158,7 @@ async def test_domain_metrics_count_after_commit(start_server: StartServer) -> N
             "r", project_id="acme", max_tokens=100, max_cost_nanos=USD, threshold_percent=50
         )
         reservation = await budget.reserve("r", model="gpt-4o", tokens=50)
-        request = dict(request_id="consume-1", tokens=60, cost_nanos=USD // 2)
+        request: ConsumeArgs = {"request_id": "consume-1", "tokens": 60, "cost_nanos": USD // 2}
         await budget.consume("r", reservation.reservation.reservation_id, **request)
         await budget.consume("r", reservation.reservation.reservation_id, **request)  # a replay
         await rpc_error(budget.reserve("r", tokens=50))  # breach: fails the run

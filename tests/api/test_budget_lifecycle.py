@@ -161,13 +161,18 @@ async def test_scope_budgets_can_be_replaced_read_and_deleted(
     assert (first.version, second.version) == (1, 2)
     assert first.policy.HasField("model_allow")
     assert not second.policy.HasField("model_allow")
-    key = dict(scope=pb.SCOPE_AGENT, scope_id="a", kind=pb.SCOPE_BUDGET_KIND_PER_RUN_CAP)
-    got = await budget.stub.GetScopeBudget(pb.GetScopeBudgetRequest(**key))
+    key = pb.GetScopeBudgetRequest(
+        scope=pb.SCOPE_AGENT, scope_id="a", kind=pb.SCOPE_BUDGET_KIND_PER_RUN_CAP
+    )
+    got = await budget.stub.GetScopeBudget(key)
     assert got.budget.policy.max_retries == 2
     assert not got.HasField("balance")
     for _ in range(2):  # deleting an absent budget succeeds too
-        await budget.stub.DeleteScopeBudget(pb.DeleteScopeBudgetRequest(request_id=new_id(), **key))
-    missing = await rpc_error(budget.stub.GetScopeBudget(pb.GetScopeBudgetRequest(**key)))
+        delete = pb.DeleteScopeBudgetRequest(
+            request_id=new_id(), scope=key.scope, scope_id=key.scope_id, kind=key.kind
+        )
+        await budget.stub.DeleteScopeBudget(delete)
+    missing = await rpc_error(budget.stub.GetScopeBudget(key))
     assert (missing.code, missing.reason) == (grpc.StatusCode.NOT_FOUND, "SCOPE_BUDGET_NOT_FOUND")
 
 

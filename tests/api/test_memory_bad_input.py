@@ -174,12 +174,19 @@ async def test_unknown_entry_ids_are_not_found_and_write_nothing(
     assert await row_counts(db) == rows
     # Writes other than append never create a memory.
     absent = Memory(memory_channel, "bad/absent")
-    for call in (absent.forget(ENTRY_ID), absent.dedupe(), absent.compact(dry_run=True)):
-        assert (await rpc_error(call)).reason == "MEMORY_NOT_FOUND"
+    for absent_call in (absent.forget(ENTRY_ID), absent.dedupe(), absent.compact(dry_run=True)):
+        assert (await rpc_error(absent_call)).reason == "MEMORY_NOT_FOUND"
     assert await row_counts(db) == rows
 
 
-BAD_MAINTENANCE = [
+MaintenanceRequest = (
+    pb.ForgetEntriesRequest
+    | pb.ReactivateEntriesRequest
+    | pb.OrganizeMemoryRequest
+    | pb.CompactMemoryRequest
+    | pb.ReviseEntryRequest
+)
+BAD_MAINTENANCE: list[tuple[MaintenanceRequest, str]] = [
     (pb.ForgetEntriesRequest(entry_ids=[]), "entry_ids"),
     (pb.ForgetEntriesRequest(entry_ids=["mem_ent_x"]), "entry_ids[0]"),
     (pb.ForgetEntriesRequest(entry_ids=[ENTRY_ID, ENTRY_ID]), "entry_ids[1]"),

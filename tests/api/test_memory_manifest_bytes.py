@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 
 from memory_service.domain.manifest import canonical_content
 from memory_service.store import reads as store_reads
+from ration.memory.v1 import memory_pb2 as m
+from ration.memory.v1 import memory_service_pb2 as ms
 from servicekit.auth import DEV_TENANT
 from tests.support.errors import rpc_error
 from tests.support.manifests import canonical_document, materialise
@@ -73,7 +75,9 @@ def digest(content: str) -> str:
     return hashlib.sha256(unicodedata.normalize("NFC", content).encode()).hexdigest()
 
 
-def change(op: str, item: Item, before: str | None, after: str | None, reason: str) -> dict:
+def change(
+    op: str, item: Item, before: str | None, after: str | None, reason: str
+) -> dict[str, Any]:
     return {
         "entry_id": item.entry_id,
         "op": op,
@@ -113,16 +117,18 @@ async def step(memory: Memory, model: Model, op: tuple[Any, ...]) -> None:
         else []
     )
     pick = list(dict.fromkeys(pick))
+    result: m.WriteResult | ms.CompactMemoryResponse  # what the write answered about the head
     if kind == "append":
         contents = [CONTENTS[i] for i in op[1]]
         tagged = op[2]
-        reply = await memory.append(
+        appended = await memory.append(
             *(entry(c, tags=["keep"] if tagged else []) for c in contents),
             expected_revision=model.head,
         )
+        result = appended.result
         revision = model.head + 1
         changes = []
-        for sent, stored in zip(contents, reply.entries, strict=True):
+        for sent, stored in zip(contents, appended.entries, strict=True):
             assert stored.content_hash == digest(sent)
             item = Item(
                 stored.entry_id,
@@ -145,9 +151,10 @@ async def step(memory: Memory, model: Model, op: tuple[Any, ...]) -> None:
             error = await rpc_error(memory.revise(pick[0], content, reason=reason))
             assert error.reason == "ENTRY_NOT_FOUND"
             return
-        reply = await memory.revise(pick[0], content, reason=reason, expected_revision=model.head)
+        revised = await memory.revise(pick[0], content, reason=reason, expected_revision=model.head)
+        result = revised.result
         old = target.entry_version_id
-        target.entry_version_id = reply.entry.entry_version_id
+        target.entry_version_id = revised.entry.entry_version_id
         target.entry_content_hash = digest(content)
         target.created_in_revision = model.head + 1
         target.tagged = False  # tags belong to the version; the revision sent none
@@ -158,7 +165,7 @@ async def step(memory: Memory, model: Model, op: tuple[Any, ...]) -> None:
         if any(entry_id not in model.items for entry_id in pick):
             assert (await rpc_error(call(*pick, reason=reason))).reason == "ENTRY_NOT_FOUND"
             return
-        reply = await call(*pick, reason=reason)
+        result = (await call(*pick, reason=reason)).result
         goal = "inactive" if kind == "forget" else "active"
         moving = [model.items[i] for i in pick if model.items[i].state != goal]
         op_name = "deactivate" if kind == "forget" else "reactivate"
@@ -169,7 +176,7 @@ async def step(memory: Memory, model: Model, op: tuple[Any, ...]) -> None:
                 change(op_name, item, item.entry_version_id, item.entry_version_id, reason)
             )
     elif kind == "dedupe":
-        reply = await memory.dedupe()
+        result = (await memory.dedupe()).result
         keep: dict[str, Item] = {}
         changes = []
         active = [i for i in model.items.values() if i.state == "active"]
@@ -186,7 +193,8 @@ async def step(memory: Memory, model: Model, op: tuple[Any, ...]) -> None:
     else:  # compact
         limit, reason = op[1], REASONS[op[2]]
         preview = await memory.compact(dry_run=True, limit=limit, reason=reason)
-        reply = await memory.compact(limit=limit, reason=reason, expected_revision=model.head)
+        compacted = await memory.compact(limit=limit, reason=reason, expected_revision=model.head)
+        result = compacted
         eligible = sorted(
             (
                 i
@@ -198,18 +206,17 @@ async def step(memory: Memory, model: Model, op: tuple[Any, ...]) -> None:
             key=lambda i: i.entry_id.encode(),
         )
         dropped = eligible[:limit] if limit else eligible
-        assert list(reply.entry_ids) == [i.entry_id for i in dropped] == list(preview.entry_ids)
-        assert reply.reclaimed_bytes == preview.reclaimed_bytes
+        assert list(compacted.entry_ids) == [i.entry_id for i in dropped] == list(preview.entry_ids)
+        assert compacted.reclaimed_bytes == preview.reclaimed_bytes
         before = model.snapshots.get(model.head, b"")
         changes = [change("compact", i, i.entry_version_id, None, reason) for i in dropped]
         for item in dropped:
             del model.items[item.entry_id]
         if changes:
             after = canonical_document([i.manifest() for i in model.items.values()], changes)
-            assert reply.reclaimed_bytes == len(before) - len(after)
+            assert compacted.reclaimed_bytes == len(before) - len(after)
         else:
-            assert reply.reclaimed_bytes == 0
-    result = reply.result if hasattr(reply, "result") else reply
+            assert compacted.reclaimed_bytes == 0
     if changes:
         model.commit(changes)
     assert result.revision == model.head, "a no-op must create no revision"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import TypedDict
 
 import asyncpg
 import grpc
@@ -189,6 +190,15 @@ async def test_entries_written_without_an_embedder_are_embedded_when_first_ranke
         assert np.array_equal(from_bytes(row["embedding"]), embedder.embed(row["content"]))
 
 
+class ListArgs(TypedDict, total=False):
+    """The ListMemory fields a case sets."""
+
+    rank: m.Rank
+    query: str
+    token_budget: int
+    revision: int
+
+
 async def test_a_warm_server_answers_exactly_like_a_cold_one_across_writes(
     start_server: StartServer,
 ) -> None:
@@ -196,7 +206,7 @@ async def test_a_warm_server_answers_exactly_like_a_cold_one_across_writes(
     async with grpc.aio.insecure_channel(f"127.0.0.1:{warm.port}") as channel:
         memory = Memory(channel, "relevance/warm")
         stored = await crafted(memory)
-        requests = [
+        requests: list[ListArgs] = [
             {"rank": m.RANK_RELEVANCE, "query": PARAPHRASE, "token_budget": 40},
             {"rank": m.RANK_RELEVANCE, "query": "kubernetes upgrade"},
             {"token_budget": 30},

@@ -98,6 +98,8 @@ class Model:
     excess: dict[str, dict[Dimension, int]] = field(default_factory=dict)
 
 
+# One optional limit per dimension of DIMS.
+Limits = tuple[int | None, int | None, int | None]
 _limit = st.one_of(st.none(), st.integers(min_value=1, max_value=60))
 _amounts = st.fixed_dictionaries({d: st.integers(min_value=0, max_value=25) for d in DIMS})
 _run = st.integers(min_value=0, max_value=1)
@@ -189,8 +191,8 @@ def _bar(balances: dict[str, dict[Dimension, tuple[int, int]]], model: Model) ->
 )
 async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
     harness: Harness,
-    run_limits: tuple[int | None, ...],
-    pool_limits: tuple[int | None, ...],
+    run_limits: Limits,
+    pool_limits: Limits,
     on_exhaustion: OnExhaustion,
     ops: list[tuple[Any, ...]],
 ) -> None:
@@ -201,8 +203,8 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
     await harness.service.put_scope_budget(TENANT, mutation("Put"), budget, pickle.dumps)
     for run_id in runs:
         policy = BudgetPolicy(*run_limits, on_exhaustion=on_exhaustion)
-        command = cmd.OpenRun(run_id, pool_id, "", "", policy)
-        await harness.service.open_run(TENANT, mutation("OpenRun"), command, pickle.dumps)
+        opening = cmd.OpenRun(run_id, pool_id, "", "", policy)
+        await harness.service.open_run(TENANT, mutation("OpenRun"), opening, pickle.dumps)
     limits = {name: dict(zip(DIMS, run_limits, strict=True)) for name in runs}
     limits[pool_id] = dict(zip(DIMS, pool_limits, strict=True))
     model = Model(runs, pool_id, limits, excess={n: dict.fromkeys(DIMS, 0) for n in limits})
@@ -214,10 +216,10 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
                 run_id = runs[op[1]]
                 if not any(op[2].values()):
                     continue
-                command = cmd.Reserve(run_id, "m", op[2], 60, op[3])
-                result = await r.reserve(TENANT, mutation("Reserve"), command)
-                granted = dict(result.reservation.granted)
-                model.reservations.append((run_id, result.reservation.reservation_id, granted))
+                reserving = cmd.Reserve(run_id, "m", op[2], 60, op[3])
+                reserved = await r.reserve(TENANT, mutation("Reserve"), reserving)
+                granted = dict(reserved.reservation.granted)
+                model.reservations.append((run_id, reserved.reservation.reservation_id, granted))
                 after = await _balances(harness.conn, model)
                 for name in (run_id, pool_id):
                     for d in DIMS:
@@ -229,24 +231,24 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
                 run_id, reservation_id, granted = model.reservations.pop(
                     op[2] % len(model.reservations)
                 )
-                command = cmd.Consume(run_id, reservation_id, "m", op[3])
-                result = await r.consume(TENANT, mutation("Consume"), command)
-                settled = result.reservation_state is ReservationState.CONSUMED
+                consuming = cmd.Consume(run_id, reservation_id, "m", op[3])
+                settlement = await r.consume(TENANT, mutation("Consume"), consuming)
+                settled = settlement.reservation_state is ReservationState.CONSUMED
                 for d in DIMS:
                     beyond = op[3][d] - (granted[d] if settled else 0)
                     for name in (run_id, pool_id):
                         model.excess[name][d] += max(0, beyond)
             elif kind == "unreserved":
                 run_id = runs[op[1]]
-                command = cmd.Consume(run_id, "", "m", op[2])
-                await r.consume(TENANT, mutation("Consume"), command)
+                unreserved_use = cmd.Consume(run_id, "", "m", op[2])
+                await r.consume(TENANT, mutation("Consume"), unreserved_use)
                 for d in DIMS:
                     for name in (run_id, pool_id):
                         model.excess[name][d] += op[2][d]
             elif kind == "release" and model.reservations:
                 run_id, reservation_id, _ = model.reservations.pop(op[1] % len(model.reservations))
-                command = cmd.Release(run_id, reservation_id)
-                await r.release(TENANT, mutation("Release"), command)
+                releasing = cmd.Release(run_id, reservation_id)
+                await r.release(TENANT, mutation("Release"), releasing)
             elif kind == "expire" and model.reservations:
                 _, reservation_id, _ = model.reservations[op[1] % len(model.reservations)]
                 await harness.conn.execute(
@@ -258,8 +260,8 @@ async def test_granted_never_exceeds_any_limit_and_the_ledger_matches(
                 await harness.sweeper.sweep()
             elif kind == "resume":
                 delta = dict.fromkeys(DIMS, op[2])
-                command = cmd.ResumeRun(runs[op[1]], delta, "prop")
-                await harness.service.resume_run(TENANT, mutation("Resume"), command, pickle.dumps)
+                resuming = cmd.ResumeRun(runs[op[1]], delta, "prop")
+                await harness.service.resume_run(TENANT, mutation("Resume"), resuming, pickle.dumps)
                 for d in DIMS:
                     limit = model.limits[runs[op[1]]][d]
                     if limit is not None:

@@ -8,12 +8,12 @@ import contextlib
 import random
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import asyncpg
 import grpc
 from google.protobuf import message_factory
-from google.protobuf.descriptor import FieldDescriptor, ServiceDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -150,7 +150,9 @@ def hostile_messages(
     # Hypothesis favours boundary values, which would make "rare" choices common: the choices
     # between plausible and hostile, absent and present, come from a Random seeded by a draw.
     chance = random.Random(draw(st.integers(0, 2**32 - 1)))
-    for fd in cls.DESCRIPTOR.fields:
+    # The stubs type DESCRIPTOR as a union with upb's class, which has the same interface.
+    descriptor = cast(Descriptor, cls.DESCRIPTOR)
+    for fd in descriptor.fields:
         hostile = chance.random() < hostility
         if chance.random() < (1 / 3 if hostile else 1 / 20):
             continue  # absent: required fields too, now and then

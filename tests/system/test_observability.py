@@ -23,6 +23,7 @@ import asyncio
 import calendar
 import contextlib
 import copy
+import functools
 import json
 import os
 import re
@@ -565,7 +566,7 @@ def stack(
             memory_traffic(addresses["memory"], round_tag, stack.traffic)
             stack.wait(
                 "a scrape of both services after the traffic",
-                lambda since=started: scraped_after(stack, since),
+                functools.partial(scraped_after, stack, started),
             )
         yield stack
     finally:
@@ -625,14 +626,15 @@ def test_the_compose_healthcheck_reports_serving(stack: Stack, name: str) -> Non
 def test_query_parses_and_returns_data(stack: Stack, where: str, expr: str, measure: str) -> None:
     parsed = stack.query(expr)
     assert parsed["status"] == "success", f"{where}: {parsed.get('error')}"
-    scenarios = {
+    found = {
         next((s for prefix, s in SCENARIO_OF_METRIC if metric.startswith(prefix)), None)
         for metric in METRIC.findall(measure)
-    } - {None}
-    for scenario in sorted(s for s in scenarios if s is not None):
+    }
+    scenarios = sorted(s for s in found if s is not None)
+    for scenario in scenarios:
         if scenario in stack.traffic.failed:
             pytest.fail(stack.traffic.failed[scenario])
-    skipped = [stack.traffic.skipped[s] for s in sorted(scenarios) if s in stack.traffic.skipped]
+    skipped = [stack.traffic.skipped[s] for s in scenarios if s in stack.traffic.skipped]
     if skipped:
         pytest.skip("; ".join(skipped))
     last: dict[str, Any] = {}

@@ -27,8 +27,9 @@ import random
 import signal
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import asyncpg
 import grpc
@@ -227,6 +228,7 @@ async def consume(
         model="gpt-4o",
         usage=b.Amounts(tokens=tokens, tool_calls=tool_calls, cost_nanos=rng.randint(0, 10**6)),
     )
+    replies: Sequence[Any]
     if rng.random() < 0.15:  # the same request twice at once, on either replica: counted once
         replies = await asyncio.gather(*(soak.call(soak.budget, "Consume", request),) * 2)
     else:
@@ -273,6 +275,14 @@ class MemoryView:
     ref: str
     head: int = 0
     entries: list[tuple[str, str]] = field(default_factory=list)  # (entry_id, version id)
+
+
+class WriteHead(TypedDict):
+    """The fields every write request carries: a fresh id, the memory and the head it saw."""
+
+    request_id: str
+    memory_ref: str
+    expected_revision: int
 
 
 async def memory_client(soak: Soak, index: int) -> None:
@@ -336,7 +346,7 @@ def settle(view: MemoryView, entry_id: str, reply: Any) -> None:
 async def memory_write(soak: Soak, rng: random.Random, view: MemoryView) -> None:
     entry_id, _ = rng.choice(view.entries)
     roll = rng.random()
-    base = {"request_id": rid(), "memory_ref": view.ref, "expected_revision": view.head}
+    base: WriteHead = {"request_id": rid(), "memory_ref": view.ref, "expected_revision": view.head}
     if roll < 0.3:
         request: Any = mpb.ReviseEntryRequest(
             **base, entry_id=entry_id, entry=m.EntryInput(content=rng.choice(CONTENTS))

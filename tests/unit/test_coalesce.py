@@ -58,7 +58,9 @@ async def test_reads_arriving_during_a_fetch_share_the_next_one_and_see_later_wr
 async def test_groups_never_share_a_statement() -> None:
     store = Store()
     reads = Coalescer(store.fetch)
-    got = await asyncio.gather(reads.get("t1", "a"), reads.get("t2", "a"), reads.get("t1", "b"))
+    got = list(
+        await asyncio.gather(reads.get("t1", "a"), reads.get("t2", "a"), reads.get("t1", "b"))
+    )
     assert got == [0, 0, 0]
     assert sorted(store.batches) == [("t1", ["a", "b"]), ("t2", ["a"])]
 

@@ -66,7 +66,7 @@ async def test_a_tenant_beyond_its_share_is_refused_with_retry_info(pool: CpuPoo
     assert pool.held("b") == 1
     for gate in (first, second, other):
         gate.release.set()
-    assert await asyncio.gather(running, waiting, other_task) == ["1", "2", "b"]
+    assert list(await asyncio.gather(running, waiting, other_task)) == ["1", "2", "b"]
     assert pool.held("a") == pool.held("b") == 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TypedDict
 
 import pytest
 
@@ -13,6 +14,16 @@ from servicekit.settings import Env, SettingsError
 
 def test_a_valid_configuration_builds() -> None:
     assert callable(factory(MemorySettings.from_env(Env({}))))
+
+
+class Limits(TypedDict, total=False):
+    """The capacity settings a case changes."""
+
+    max_active_entries: int
+    max_manifest_entries: int
+    max_manifest_bytes: int
+    min_tombstone_revisions: int
+    cache_entries: int
 
 
 @pytest.mark.parametrize(
@@ -28,7 +39,7 @@ def test_a_valid_configuration_builds() -> None:
         ({"cache_entries": -1}, "RATION_MEMORY_CACHE_ENTRIES"),
     ],
 )
-def test_settings_built_in_code_are_checked_too(change: dict[str, int], variable: str) -> None:
+def test_settings_built_in_code_are_checked_too(change: Limits, variable: str) -> None:
     settings = replace(MemorySettings.from_env(Env({})), **change)
     with pytest.raises(SettingsError, match=variable):
         factory(settings)

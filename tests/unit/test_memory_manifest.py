@@ -66,12 +66,13 @@ def materialise(items: list[ManifestItem], changes: list[Change]) -> bytes:
         }
         for c in sorted(changes, key=lambda c: c.entry_id.encode("utf-8"))
     ]
-    doc = {
-        "schema": "ration.memory.v1",
-        "manifest": {"format": "flat-v1", "entries": entries},
-        "changes": audit,
-    }
-    return rfc8785.dumps(doc)
+    return rfc8785.dumps(
+        {
+            "schema": "ration.memory.v1",
+            "manifest": {"format": "flat-v1", "entries": entries},
+            "changes": audit,
+        }
+    )
 
 
 @st.composite

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -12,7 +13,16 @@ from servicekit.auth import TokenTable, digest
 from servicekit.errors import DomainError
 from servicekit.settings import Env, SettingsError
 
-GOOD = {"sha256": digest("good-token"), "tenant": "acme", "roles": ["writer"]}
+
+class TokenRow(TypedDict):
+    """One row of the token file."""
+
+    sha256: str
+    tenant: str
+    roles: list[str]
+
+
+GOOD: TokenRow = {"sha256": digest("good-token"), "tenant": "acme", "roles": ["writer"]}
 
 
 def write(tmp_path: Path, rows: object) -> Path:
