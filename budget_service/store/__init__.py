@@ -4,14 +4,14 @@ forward-only numbered migrations.
 
 - `changes`: Budget SQL of a call's changes: one statement writes the run, pools, holds, ledger,
   events.
+- `decisions`: Budget SQL of the per-call protocol: a batch of one tenant decided by
+  budget.decide_v1.
 - `event_hub`: Live run events: one LISTEN connection per process fanning out to per-run
   subscribers.
-- `fast_path`: Budget SQL of the one-round-trip path: calls the server-side functions of migration
-  0003
 - `locked_writes`: Budget SQL of the locked write path: lock a run and its pools, expire, write all
   changes.
 - `migrations/`: forward-only numbered SQL migrations, applied in order: 0001_schema,
-  0002_budget_tables, 0003_budget_fast_path, 0004_budget_total_bounds, 0005_row_level_security.
+  0002_budget_tables, 0003_budget_fast_path, 0004_budget_total_bounds, 0005_row_level_security, 0006_budget_decide_v1.
 - `reads`: Budget SQL that reads, creates runs and scope budgets, and serves the sweeper.
 - `rows`: Mapping between database rows (and write documents) and the budget domain records.
 - `stored_replies`: Stored replies of Reserve, Consume and Release: the JSON documents the request

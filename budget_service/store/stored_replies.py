@@ -1,7 +1,7 @@
 """Stored replies of Reserve, Consume and Release: the JSON documents the request log keeps.
 
-Both paths store the same shape: the Python path encodes its result here, and the server-side
-functions of migration 0003 build the same document in SQL. A reply is decoded back into the
+budget.decide_v1 (migration 0006) builds them in SQL; the encoders here write the same shape
+(the test oracle uses them). A reply is decoded back into the
 domain result for the servicer, fresh or replayed alike. Dimensions are arrays in Dimension
 order; times are microseconds since the Unix epoch (exact, like the database's).
 """

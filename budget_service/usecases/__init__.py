@@ -1,14 +1,9 @@
 """Budget use cases: each call one transaction with its idempotency by request_id (transactions),
-Reserve/Consume/Release/Check on the one-round-trip path or with the run locked, run lifecycle,
-scope budgets and event reads, the per-run gates and the sweeper; settings they honour.
+Reserve/Consume/Release/Check batched to the ledger's decision function (group commit), run
+lifecycle, scope budgets and event reads, and the sweeper; settings they honour.
 
-- `locked_reservations`: The Python path of Reserve, Consume and Release: one transaction with the
-  run locked.
-- `locked_run`: One locked run in one transaction: lock, expire overdue holds, apply rules, collect
-  changes.
+- `locked_run`: One locked run in one transaction for the lifecycle calls that stay in Python.
 - `reservations`: Budget use cases of the per-call protocol: Reserve, Consume, Release and Check.
-- `run_gates`: A few calls per run at a time from this process: later ones wait here, not on the row
-  lock.
 - `runs`: Budget use cases of run lifecycle, scope budgets and event reads: one transaction each.
 - `settings`: Budget service configuration: host enforcement mode, ceilings and hold lifetimes.
 - `stream_slots`: Concurrent WatchRunEvents streams per tenant, capped so one tenant cannot hold

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from servicekit.batching import BatchSettings
 from servicekit.labels import MetricLabels
 from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
 
@@ -38,6 +39,9 @@ class BudgetSettings:
     metric_labels: MetricLabels
     # Concurrent WatchRunEvents streams one tenant may hold open on one server process.
     max_streams_per_tenant: int = 100
+    # Group commit of Reserve/Consume/Release (and of Checks): requests per statement, and
+    # statements of one tenant at the database at once from one process.
+    batch: BatchSettings = field(default_factory=BatchSettings)
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> BudgetSettings:
@@ -67,5 +71,9 @@ class BudgetSettings:
             metric_labels=MetricLabels.from_env(env),
             max_streams_per_tenant=env.integer(
                 "RATION_BUDGET_MAX_STREAMS_PER_TENANT", 100, minimum=1
+            ),
+            batch=BatchSettings(
+                max_items=env.integer("RATION_BUDGET_BATCH_MAX", 64, minimum=1),
+                inflight=env.integer("RATION_BUDGET_BATCH_INFLIGHT", 2, minimum=1),
             ),
         )
