@@ -175,6 +175,13 @@ class Unavailable(RationError):
     """The service or its database is unreachable (fails closed); safe to retry."""
 
 
+class StoreBusy(Unavailable):
+    """STORE_BUSY: the database is up but the server's connections stayed in use for as long
+    as the call's deadline allowed; nothing was done. Retryable like any UNAVAILABLE (the
+    client retries it with the same request_id), after `retry_after_seconds`; a longer
+    deadline lets the server wait longer."""
+
+
 BY_REASON: dict[str, type[RationError]] = {
     "BUDGET_EXHAUSTED": BudgetExhausted,
     "BUDGET_HELD": BudgetHeld,
@@ -201,6 +208,7 @@ BY_REASON: dict[str, type[RationError]] = {
     "RELEVANCE_UNAVAILABLE": RelevanceUnavailable,
     "HISTORY_WINDOW_EXCEEDED": HistoryWindowExceeded,
     "STORE_UNAVAILABLE": Unavailable,
+    "STORE_BUSY": StoreBusy,
     "TOO_MANY_STREAMS": TooManyStreams,
     "TENANT_BUSY": TenantBusy,
 }

@@ -25,6 +25,8 @@ from ration_client import (
     ModelPatterns,
     NotFound,
     RunExists,
+    StoreBusy,
+    Unavailable,
     usd,
 )
 from ration_client import errors as client_errors
@@ -167,6 +169,7 @@ DOCUMENTED = {  # DESIGN.md section 11, reason → code
     "HISTORY_WINDOW_EXCEEDED": grpc.StatusCode.FAILED_PRECONDITION,
     "REVISION_CONFLICT": grpc.StatusCode.ABORTED,
     "STORE_UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "STORE_BUSY": grpc.StatusCode.UNAVAILABLE,
     "TENANT_BUSY": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
@@ -177,6 +180,43 @@ def test_every_documented_reason_maps_to_its_exception(reason: str, code: grpc.S
     assert type(error) is client_errors.BY_REASON[reason]
     assert type(error) is not client_errors.RationError
     assert (error.reason, error.code) == (reason, code)
+
+
+class BusyFirst(grpc.aio.UnaryUnaryClientInterceptor):
+    """Answers the first call of `method` with STORE_BUSY without sending it, as a server
+    whose pool stayed full would."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.refused = 0
+        self.sent = 0
+
+    async def intercept_unary_unary(
+        self, continuation: Any, details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if method.endswith(self.method):
+            if not self.refused:
+                self.refused += 1
+                raise rpc_error("STORE_BUSY", grpc.StatusCode.UNAVAILABLE)
+            self.sent += 1
+        return await continuation(details, request)
+
+
+def test_store_busy_is_a_retryable_unavailable() -> None:
+    error = client_errors.decode(rpc_error("STORE_BUSY", grpc.StatusCode.UNAVAILABLE))
+    assert isinstance(error, StoreBusy)
+    assert isinstance(error, Unavailable)  # `except Unavailable` covers both store reasons
+    assert error.retryable
+
+
+async def test_the_client_retries_store_busy_with_the_same_request(budget_address: str) -> None:
+    busy = BusyFirst("/GetRun")
+    async with BudgetClient(budget_address, interceptors=[busy]) as budget:
+        await budget.open_run("r7", project_id="p", policy=BudgetPolicy(max_tokens=10))
+        run = await budget.get_run("r7")
+    assert run.run_id == "r7"
+    assert (busy.refused, busy.sent) == (1, 1)
 
 
 async def reservation_state(db: asyncpg.Connection, run_id: str) -> list[str]:
