@@ -1,11 +1,13 @@
 """Budget use cases: each call one transaction with its idempotency by request_id (transactions),
 Reserve/Consume/Release/Check on the one-round-trip path or with the run locked, run lifecycle,
-scope budgets and event reads, the per-run gates and the sweeper; settings they honour.
+scope budgets and event reads, spend reports, the per-run gates and the sweeper; settings they
+honour.
 
 - `locked_reservations`: The Python path of Reserve, Consume and Release: one transaction with the
   run locked.
 - `locked_run`: One locked run in one transaction: lock, expire overdue holds, apply rules, collect
   changes.
+- `reports`: Budget use case of spend reports: one page of sums, read in the caller's tenant.
 - `reservations`: Budget use cases of the per-call protocol: Reserve, Consume, Release and Check.
 - `run_gates`: A few calls per run at a time from this process: later ones wait here, not on the row
   lock.
