@@ -24,7 +24,7 @@ from budget_service.domain.policy import (
 from budget_service.domain.run_state import ReserveMode, RunOutcome
 from budget_service.domain.spend import (
     SpendFilter,
-    SpendGroup,
+    SpendGroupBy,
     SpendQuery,
     validate_filter,
     validate_window,
@@ -75,12 +75,12 @@ OUTCOMES = {
     pb.RUN_OUTCOME_CANCELLED: RunOutcome.CANCELLED,
 }
 SPEND_GROUPS = {
-    pb.SPEND_GROUP_BY_PROJECT: SpendGroup.PROJECT,
-    pb.SPEND_GROUP_BY_WORKFLOW: SpendGroup.WORKFLOW,
-    pb.SPEND_GROUP_BY_AGENT: SpendGroup.AGENT,
-    pb.SPEND_GROUP_BY_MODEL: SpendGroup.MODEL,
-    pb.SPEND_GROUP_BY_DAY: SpendGroup.DAY,
-    pb.SPEND_GROUP_BY_HOUR: SpendGroup.HOUR,
+    pb.SPEND_GROUP_BY_PROJECT: SpendGroupBy.PROJECT,
+    pb.SPEND_GROUP_BY_WORKFLOW: SpendGroupBy.WORKFLOW,
+    pb.SPEND_GROUP_BY_AGENT: SpendGroupBy.AGENT,
+    pb.SPEND_GROUP_BY_MODEL: SpendGroupBy.MODEL,
+    pb.SPEND_GROUP_BY_DAY: SpendGroupBy.DAY,
+    pb.SPEND_GROUP_BY_HOUR: SpendGroupBy.HOUR,
 }
 DEFAULT_PAGE_SIZE = 100
 
@@ -347,7 +347,7 @@ def report_spend(request: pb.ReportSpendRequest) -> tuple[SpendQuery, str | None
     end = _instant(request, "end_time", found)
     if start is not None and end is not None:
         found += validate_window(start, end)
-    group_by = found.enum(request.group_by, SPEND_GROUPS, "group_by", SpendGroup.PROJECT)
+    group_by = found.enum(request.group_by, SPEND_GROUPS, "group_by", SpendGroupBy.PROJECT)
     message = request.filter
     spend_filter = SpendFilter(
         message.project_id, message.workflow_id, message.agent_id, message.model

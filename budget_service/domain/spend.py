@@ -14,7 +14,7 @@ from servicekit.errors import FieldViolation
 MAX_WINDOW = timedelta(days=366)
 
 
-class SpendGroup(enum.StrEnum):
+class SpendGroupBy(enum.StrEnum):
     """What a report row groups by: an owner of the run, the model, or a UTC time bucket."""
 
     PROJECT = "project"
@@ -26,7 +26,7 @@ class SpendGroup(enum.StrEnum):
 
     @property
     def is_time(self) -> bool:
-        return self in (SpendGroup.DAY, SpendGroup.HOUR)
+        return self in (SpendGroupBy.DAY, SpendGroupBy.HOUR)
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class SpendFilter:
 class SpendQuery:
     start: datetime  # inclusive
     end: datetime  # exclusive
-    group_by: SpendGroup
+    group_by: SpendGroupBy
     filter: SpendFilter
 
 

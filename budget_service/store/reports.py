@@ -6,18 +6,18 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from budget_service.domain.spend import SpendGroup, SpendQuery, SpendRow
+from budget_service.domain.spend import SpendGroupBy, SpendQuery, SpendRow
 
 # RFC 3339 UTC of a bucket start: fixed width, so byte order is time order (one keyset for all).
 _BUCKET_TEXT = """'YYYY-MM-DD"T"HH24:MI:SS"Z"'"""
 _BUCKET = "to_char(date_trunc('{unit}', l.created_at AT TIME ZONE 'UTC'), " + _BUCKET_TEXT + ")"
 _KEYS = {
-    SpendGroup.PROJECT: "r.project_id",
-    SpendGroup.WORKFLOW: "r.workflow_id",
-    SpendGroup.AGENT: "r.agent_id",
-    SpendGroup.MODEL: "coalesce(l.model, '')",
-    SpendGroup.DAY: _BUCKET.format(unit="day"),
-    SpendGroup.HOUR: _BUCKET.format(unit="hour"),
+    SpendGroupBy.PROJECT: "r.project_id",
+    SpendGroupBy.WORKFLOW: "r.workflow_id",
+    SpendGroupBy.AGENT: "r.agent_id",
+    SpendGroupBy.MODEL: "coalesce(l.model, '')",
+    SpendGroupBy.DAY: _BUCKET.format(unit="day"),
+    SpendGroupBy.HOUR: _BUCKET.format(unit="hour"),
 }
 _DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -48,7 +48,7 @@ LIMIT $9"""
 REPORTS = {group: _REPORT.format(key=key) for group, key in _KEYS.items()}
 
 
-def _bucket_start(group: SpendGroup, key: str) -> datetime | None:
+def _bucket_start(group: SpendGroupBy, key: str) -> datetime | None:
     return datetime.strptime(key, _DATETIME_FORMAT).replace(tzinfo=UTC) if group.is_time else None
 
 
