@@ -11,6 +11,7 @@ from budget_service.api.roles import REQUIRED_ROLES, SERVICE_NAME
 from budget_service.api.servicer import BudgetServicer
 from budget_service.store.changes import EVENTS_CHANNEL
 from budget_service.store.event_hub import EventHub
+from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
 from budget_service.usecases.settings import BudgetSettings
@@ -36,6 +37,7 @@ def factory(settings: BudgetSettings) -> AppFactory:
             BudgetService(tx, hub, StreamSlots(settings.max_streams_per_tenant)),
             Reservations(tx),
             settings.max_hold_ttl_seconds,
+            SpendReports(tx),
         )
 
         def register(server: grpc.aio.Server) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, TypeVar
 
 from budget_service.domain import commands as cmd
@@ -19,8 +22,16 @@ from budget_service.domain.policy import (
     Window,
 )
 from budget_service.domain.run_state import ReserveMode, RunOutcome
+from budget_service.domain.spend import (
+    SpendFilter,
+    SpendGroupBy,
+    SpendQuery,
+    validate_filter,
+    validate_window,
+)
 from ration.budget.v1 import budget_pb2 as pb
 from servicekit.errors import FieldViolation, validation_error
+from servicekit.timestamps import timestamp_violation, to_datetime
 
 E = TypeVar("E")
 
@@ -62,6 +73,14 @@ OUTCOMES = {
     pb.RUN_OUTCOME_SUCCEEDED: RunOutcome.SUCCEEDED,
     pb.RUN_OUTCOME_FAILED: RunOutcome.FAILED,
     pb.RUN_OUTCOME_CANCELLED: RunOutcome.CANCELLED,
+}
+SPEND_GROUPS = {
+    pb.SPEND_GROUP_BY_PROJECT: SpendGroupBy.PROJECT,
+    pb.SPEND_GROUP_BY_WORKFLOW: SpendGroupBy.WORKFLOW,
+    pb.SPEND_GROUP_BY_AGENT: SpendGroupBy.AGENT,
+    pb.SPEND_GROUP_BY_MODEL: SpendGroupBy.MODEL,
+    pb.SPEND_GROUP_BY_DAY: SpendGroupBy.DAY,
+    pb.SPEND_GROUP_BY_HOUR: SpendGroupBy.HOUR,
 }
 DEFAULT_PAGE_SIZE = 100
 
@@ -280,3 +299,65 @@ def scope_key(request: Any, mutating: bool) -> tuple[cmd.Mutation | None, cmd.Sc
     kind = found.enum(request.kind, KINDS, "kind", ScopeBudgetKind.PER_RUN)
     found.check()
     return mutation, cmd.ScopeKey(scope, request.scope_id, kind)
+
+
+def _instant(request: pb.ReportSpendRequest, name: str, found: _Violations) -> datetime | None:
+    if not request.HasField(name):
+        found.append(FieldViolation(name, "is required"))
+        return None
+    value = getattr(request, name)
+    violation = timestamp_violation(value, name)
+    if violation is not None:
+        found.append(violation)
+        return None
+    return to_datetime(value)
+
+
+def _query_digest(query: SpendQuery) -> str:
+    """What a spend page token is bound to: the window, grouping and filter (not page_size)."""
+    f = query.filter
+    parts = [query.start.isoformat(), query.end.isoformat(), query.group_by.value]
+    parts += [f.project_id, f.workflow_id, f.agent_id, f.model]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def spend_page_token(query: SpendQuery, after_key: str) -> str:
+    document = json.dumps({"q": _query_digest(query), "k": after_key}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(document.encode()).decode()
+
+
+def _after_key(token: str, query: SpendQuery, found: _Violations) -> str | None:
+    if not token:
+        return None
+    try:
+        document = json.loads(base64.urlsafe_b64decode(token.encode()))
+        key = document["k"]
+        if document["q"] != _query_digest(query) or not isinstance(key, str):
+            raise ValueError(token)
+        return key
+    except (ValueError, TypeError, KeyError):  # also binascii.Error and UnicodeDecodeError
+        found.append(FieldViolation("page_token", "is not a page token of this report"))
+        return None
+
+
+def report_spend(request: pb.ReportSpendRequest) -> tuple[SpendQuery, str | None, int]:
+    """The query, the last key of the previous page (None for the first) and the page size."""
+    found = _Violations()
+    start = _instant(request, "start_time", found)
+    end = _instant(request, "end_time", found)
+    if start is not None and end is not None:
+        found += validate_window(start, end)
+    group_by = found.enum(request.group_by, SPEND_GROUPS, "group_by", SpendGroupBy.PROJECT)
+    message = request.filter
+    spend_filter = SpendFilter(
+        message.project_id, message.workflow_id, message.agent_id, message.model
+    )
+    found += validate_filter(spend_filter)
+    found += v.check_int(request.page_size, "page_size", 0, v.MAX_PAGE_SIZE)
+    found.check()
+    assert start is not None  # else found.check() raised
+    assert end is not None
+    query = SpendQuery(start, end, group_by, spend_filter)
+    after_key = _after_key(request.page_token, query, found)
+    found.check()
+    return query, after_key, request.page_size or DEFAULT_PAGE_SIZE

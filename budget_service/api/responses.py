@@ -14,6 +14,7 @@ from budget_service.api.requests import (
     SCOPES,
     WINDOWS,
     page_token,
+    spend_page_token,
 )
 from budget_service.domain import commands as cmd
 from budget_service.domain import events as ev
@@ -32,6 +33,7 @@ from budget_service.domain.records import (
     StoredScopeBudget,
 )
 from budget_service.domain.run_state import ReservationState, RunState
+from budget_service.domain.spend import SpendPage, SpendQuery
 from budget_service.store.reads import StoredEvent
 from ration.budget.v1 import budget_pb2 as pb
 from servicekit.timestamps import timestamp
@@ -325,6 +327,26 @@ def capabilities(caps: BudgetCapabilities) -> pb.GetCapabilitiesResponse:
         limits=limits,
         capabilities_json=caps.to_json(),
     )
+
+
+def report_spend(query: SpendQuery, page: SpendPage) -> pb.ReportSpendResponse:
+    """One page of spend rows, with the token of the next page (empty on the last)."""
+    after = page.next_after_key
+    message = pb.ReportSpendResponse(
+        next_page_token="" if after is None else spend_page_token(query, after)
+    )
+    for row in page.rows:
+        found = message.rows.add(
+            key=row.key,
+            cost_nanos=row.cost_nanos,
+            tokens=row.tokens,
+            tool_calls=row.tool_calls,
+            retries=row.retries,
+            consume_count=row.consume_count,
+        )
+        if row.bucket_start is not None:
+            found.bucket_start.CopyFrom(timestamp(row.bucket_start))
+    return message
 
 
 def list_run_events(run_id: str, page: cmd.EventsPage) -> pb.ListRunEventsResponse:

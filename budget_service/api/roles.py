@@ -26,5 +26,6 @@ _ROLES: dict[str, str | None] = {
     "GetScopeBudget": "admin",
     "DeleteScopeBudget": "admin",
     "GetCapabilities": None,
+    "ReportSpend": "reader",
 }
 REQUIRED_ROLES: RoleTable = {f"/{SERVICE_NAME}/{name}": role for name, role in _ROLES.items()}

@@ -10,6 +10,7 @@ import grpc
 from budget_service.api import requests as convert
 from budget_service.api import responses as out
 from budget_service.api.capabilities import BudgetCapabilities
+from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
 from ration.budget.v1 import budget_pb2 as pb
@@ -24,11 +25,13 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         service: BudgetService,
         reservations: Reservations,
         max_ttl_seconds: int,
+        reports: SpendReports,
     ) -> None:
         self._capabilities = capabilities
         self._service = service
         self._reservations = reservations
         self._max_ttl_seconds = max_ttl_seconds
+        self._reports = reports
 
     async def OpenRun(
         self, request: pb.OpenRunRequest, context: grpc.aio.ServicerContext
@@ -143,3 +146,11 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         self, request: pb.GetCapabilitiesRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetCapabilitiesResponse:
         return out.capabilities(self._capabilities)
+
+    async def ReportSpend(
+        self, request: pb.ReportSpendRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReportSpendResponse:
+        tenant = current_identity().tenant
+        query, after_key, page_size = convert.report_spend(request)
+        page = await self._reports.report(tenant, query, after_key, page_size)
+        return out.report_spend(query, page)

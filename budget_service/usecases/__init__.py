@@ -1,8 +1,9 @@
 """Budget use cases: each call one transaction with its idempotency by request_id (transactions),
 Reserve/Consume/Release/Check batched to the ledger's decision function (group commit), run
-lifecycle, scope budgets and event reads, and the sweeper; settings they honour.
+lifecycle, scope budgets and event reads, spend reports, and the sweeper; settings they honour.
 
 - `locked_run`: One locked run in one transaction for the lifecycle calls that stay in Python.
+- `reports`: Budget use case of spend reports: one page of sums, read in the caller's tenant.
 - `reservations`: Budget use cases of the per-call protocol: Reserve, Consume, Release and Check.
 - `runs`: Budget use cases of run lifecycle, scope budgets and event reads: one transaction each.
 - `settings`: Budget service configuration: host enforcement mode, ceilings and hold lifetimes.

@@ -11,7 +11,6 @@ import pytest
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from ration.budget.v1 import budget_pb2
 from ration_client import (
     Amounts,
     BudgetClient,
@@ -19,6 +18,7 @@ from ration_client import (
     BudgetHeld,
     BudgetPolicy,
     CapacityExceeded,
+    Dimension,
     InvalidRequest,
     MemoryClient,
     ModelDenied,
@@ -79,7 +79,7 @@ async def test_retry_after_unavailable_reuses_the_request_id_and_counts_once(
     assert lose.dropped == 1
     assert len(lose.request_ids) == 2
     assert lose.request_ids[0] == lose.request_ids[1]
-    tokens = next(d for d in run.dimensions if d.dimension == budget_pb2.DIMENSION_TOKENS)
+    tokens = run.status(Dimension.TOKENS)
     assert (tokens.consumed, tokens.held) == (80, 0)
     consumes = await db.fetchval(
         "SELECT count(*) FROM budget.ledger WHERE run_id = 'r1' AND decision = 'consume'"
@@ -114,8 +114,8 @@ async def test_documented_refusals_raise_their_typed_exceptions(budget_address: 
         await budget.release("r2", first.reservation.reservation_id)
         with pytest.raises(BudgetExhausted) as exhausted:
             await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=101))
-        assert (exhausted.value.dimension, exhausted.value.limit) == ("tokens", "100")
-        assert exhausted.value.observed == "101"
+        assert (exhausted.value.dimension, exhausted.value.limit) == (Dimension.TOKENS, 100)
+        assert exhausted.value.observed == 101
 
 
 async def test_memory_capacity_refusal_is_capacity_exceeded(start_server: StartServer) -> None:
@@ -124,8 +124,8 @@ async def test_memory_capacity_refusal_is_capacity_exceeded(start_server: StartS
         await memory.append("agent/1", ["first fact"])
         with pytest.raises(CapacityExceeded) as refused:
             await memory.append("agent/1", ["second fact"])
-    assert (refused.value.dimension, refused.value.limit) == ("active_entries", "1")
-    assert refused.value.observed == "2"
+    assert (refused.value.dimension, refused.value.limit) == ("active_entries", 1)
+    assert refused.value.observed == 2
 
 
 async def test_forget_redacts_the_run_secrets_from_its_reason(start_server: StartServer) -> None:

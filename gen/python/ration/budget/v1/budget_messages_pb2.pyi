@@ -81,6 +81,16 @@ class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESERVATION_STATE_RELEASED: _ClassVar[ReservationState]
     RESERVATION_STATE_EXPIRED: _ClassVar[ReservationState]
 
+class SpendGroupBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPEND_GROUP_BY_UNSPECIFIED: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_PROJECT: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_WORKFLOW: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_AGENT: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_MODEL: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_DAY: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_HOUR: _ClassVar[SpendGroupBy]
+
 class RunEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RUN_EVENT_TYPE_UNSPECIFIED: _ClassVar[RunEventType]
@@ -131,6 +141,13 @@ RESERVATION_STATE_OPEN: ReservationState
 RESERVATION_STATE_CONSUMED: ReservationState
 RESERVATION_STATE_RELEASED: ReservationState
 RESERVATION_STATE_EXPIRED: ReservationState
+SPEND_GROUP_BY_UNSPECIFIED: SpendGroupBy
+SPEND_GROUP_BY_PROJECT: SpendGroupBy
+SPEND_GROUP_BY_WORKFLOW: SpendGroupBy
+SPEND_GROUP_BY_AGENT: SpendGroupBy
+SPEND_GROUP_BY_MODEL: SpendGroupBy
+SPEND_GROUP_BY_DAY: SpendGroupBy
+SPEND_GROUP_BY_HOUR: SpendGroupBy
 RUN_EVENT_TYPE_UNSPECIFIED: RunEventType
 RUN_EVENT_TYPE_BUDGET_RESERVED: RunEventType
 RUN_EVENT_TYPE_BUDGET_CONSUMED: RunEventType
@@ -302,6 +319,36 @@ class PoolBalance(_message.Message):
     window_start: _timestamp_pb2.Timestamp
     dimensions: _containers.RepeatedCompositeFieldContainer[DimensionStatus]
     def __init__(self, window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ...) -> None: ...
+
+class SpendFilter(_message.Message):
+    __slots__ = ("project_id", "workflow_id", "agent_id", "model")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    workflow_id: str
+    agent_id: str
+    model: str
+    def __init__(self, project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class SpendRow(_message.Message):
+    __slots__ = ("key", "bucket_start", "cost_nanos", "tokens", "tool_calls", "retries", "consume_count")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_START_FIELD_NUMBER: _ClassVar[int]
+    COST_NANOS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_COUNT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    bucket_start: _timestamp_pb2.Timestamp
+    cost_nanos: int
+    tokens: int
+    tool_calls: int
+    retries: int
+    consume_count: int
+    def __init__(self, key: _Optional[str] = ..., bucket_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cost_nanos: _Optional[int] = ..., tokens: _Optional[int] = ..., tool_calls: _Optional[int] = ..., retries: _Optional[int] = ..., consume_count: _Optional[int] = ...) -> None: ...
 
 class BudgetReservedPayload(_message.Message):
     __slots__ = ("effective_budget", "scope", "binding_scope")

@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from ration.budget.v1 import budget_messages_pb2 as _budget_messages_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -290,3 +293,27 @@ class GetCapabilitiesResponse(_message.Message):
     limits: BudgetLimits
     capabilities_json: str
     def __init__(self, budget: _Optional[_Union[BudgetCapability, _Mapping]] = ..., limits: _Optional[_Union[BudgetLimits, _Mapping]] = ..., capabilities_json: _Optional[str] = ...) -> None: ...
+
+class ReportSpendRequest(_message.Message):
+    __slots__ = ("start_time", "end_time", "group_by", "filter", "page_size", "page_token")
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    group_by: _budget_messages_pb2.SpendGroupBy
+    filter: _budget_messages_pb2.SpendFilter
+    page_size: int
+    page_token: str
+    def __init__(self, start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., group_by: _Optional[_Union[_budget_messages_pb2.SpendGroupBy, str]] = ..., filter: _Optional[_Union[_budget_messages_pb2.SpendFilter, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ReportSpendResponse(_message.Message):
+    __slots__ = ("rows", "next_page_token")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[_budget_messages_pb2.SpendRow]
+    next_page_token: str
+    def __init__(self, rows: _Optional[_Iterable[_Union[_budget_messages_pb2.SpendRow, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

@@ -31,5 +31,7 @@ from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesRequest as GetCa
 from ration.budget.v1.budget_requests_pb2 import BudgetCapability as BudgetCapability
 from ration.budget.v1.budget_requests_pb2 import BudgetLimits as BudgetLimits
 from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesResponse as GetCapabilitiesResponse
+from ration.budget.v1.budget_requests_pb2 import ReportSpendRequest as ReportSpendRequest
+from ration.budget.v1.budget_requests_pb2 import ReportSpendResponse as ReportSpendResponse
 
 DESCRIPTOR: _descriptor.FileDescriptor

@@ -106,6 +106,11 @@ class BudgetServiceStub:
                 request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesRequest.SerializeToString,
                 response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesResponse.FromString,
                 _registered_method=True)
+        self.ReportSpend = channel.unary_unary(
+                '/ration.budget.v1.BudgetService/ReportSpend',
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendResponse.FromString,
+                _registered_method=True)
 
 
 class BudgetServiceServicer:
@@ -279,6 +284,20 @@ class BudgetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportSpend(self, request, context):
+        """Spend of the caller's tenant in a time window, grouped by project, workflow, agent, model,
+        UTC day or UTC hour: exact sums of the append-only ledger's `consume` rows (what Consume
+        recorded, overruns included; never from metrics), with the run's owners as OpenRun gave
+        them. Rows are ordered by key and paginated; each page is summed when it is asked for, so
+        a window that has ended gives the same sums on every call. No side effects.
+        Errors: VALIDATION_FAILED (fields start_time, end_time, group_by, filter.<field>,
+        page_size, page_token; a window longer than 366 days, or sums past 2^63 - 1, refused on
+        end_time). Role: reader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BudgetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -351,6 +370,11 @@ def add_BudgetServiceServicer_to_server(servicer, server):
                     servicer.GetCapabilities,
                     request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesRequest.FromString,
                     response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesResponse.SerializeToString,
+            ),
+            'ReportSpend': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportSpend,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -733,6 +757,33 @@ class BudgetService:
             '/ration.budget.v1.BudgetService/GetCapabilities',
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesRequest.SerializeToString,
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportSpend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ration.budget.v1.BudgetService/ReportSpend',
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendResponse.FromString,
             options,
             channel_credentials,
             insecure,
