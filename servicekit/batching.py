@@ -16,19 +16,23 @@ at once; once sent, the item completes with its batch and the answer is dropped.
 batch of several items is split in halves and each half sent again, so one bad item cannot
 fail the others (the database rolled the failed statement back as a whole); an outage
 (`DomainError` UNAVAILABLE) fails the whole batch at once instead, since splitting cannot help.
-A batch runs with the latest deadline among its items (none if any item has none).
+A batch waits for a pooled connection no longer than its most impatient item's deadline
+allows (an item without one waits `default_wait` seconds); when the pool stays full that long
+(STORE_BUSY), only the items whose time is up are answered STORE_BUSY, and the others go back
+to the head of the queue to wait on, each within its own deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from servicekit.cpu import current_deadline, deadline_var
-from servicekit.errors import DomainError, ErrorKind
+from servicekit.errors import DomainError, ErrorKind, store_busy
 
 G = TypeVar("G", bound=Hashable)
 I = TypeVar("I")  # noqa: E741 - the item type
@@ -40,6 +44,10 @@ Send = Callable[[G, Sequence[I]], Awaitable[Sequence[R]]]
 MAX_BATCH = 64
 # Batches of one group at the database at once from this process.
 INFLIGHT = 2
+# An item with no deadline of its own may wait this long for a connection.
+DEFAULT_WAIT_SECONDS = 2.0
+# An item whose deadline is nearer than this when the pool was busy is answered STORE_BUSY.
+REQUEUE_MARGIN_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -50,11 +58,12 @@ class BatchSettings:
     inflight: int = INFLIGHT
 
 
-@dataclass
+@dataclass(eq=False)
 class _Waiting(Generic[I, R]):
     item: I
-    deadline: float | None
+    deadline: float
     future: asyncio.Future[R]
+    abandoned: bool = False  # its caller is gone: never sent again
 
 
 @dataclass
@@ -76,6 +85,7 @@ class GroupCommit(Generic[G, I, R]):
         max_batch: int = MAX_BATCH,
         inflight: int = INFLIGHT,
         observe: Callable[[int], None] | None = None,
+        default_wait: float = DEFAULT_WAIT_SECONDS,
     ) -> None:
         if max_batch < 1 or inflight < 1:
             raise ValueError("max_batch and inflight must be at least 1")
@@ -83,12 +93,16 @@ class GroupCommit(Generic[G, I, R]):
         self._max_batch = max_batch
         self._inflight = inflight
         self._observe = observe
+        self._default_wait = default_wait
         self._groups: dict[G, _Group[I, R]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def submit(self, group: G, item: I) -> R:
         loop = asyncio.get_running_loop()
-        waiting = _Waiting[I, R](item, current_deadline(), loop.create_future())
+        deadline = current_deadline()
+        if deadline is None:
+            deadline = time.monotonic() + self._default_wait
+        waiting = _Waiting[I, R](item, deadline, loop.create_future())
         state = self._groups.get(group)
         if state is None:
             state = self._groups[group] = _Group()
@@ -100,11 +114,18 @@ class GroupCommit(Generic[G, I, R]):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         try:
+            # Waiting in the queue is waiting for the database: bounded by the item's deadline.
+            patience = waiting.deadline - time.monotonic() - REQUEUE_MARGIN_SECONDS
+            await asyncio.wait((waiting.future,), timeout=max(0.0, patience))
+            if not waiting.future.done() and waiting in state.queue:
+                state.queue.remove(waiting)
+                raise store_busy()
             return await asyncio.shield(waiting.future)
         except asyncio.CancelledError:
             if waiting in state.queue:  # not sent yet: leave at once
                 state.queue.remove(waiting)
             else:  # sent: its batch completes without it; nobody reads the answer
+                waiting.abandoned = True
                 waiting.future.add_done_callback(_discard)
             raise
 
@@ -113,25 +134,32 @@ class GroupCommit(Generic[G, I, R]):
             while state.queue:
                 batch = state.queue[: self._max_batch]
                 del state.queue[: len(batch)]
-                await self._answer(group, batch)
+                await self._answer(group, state, batch)
         finally:
             state.flying -= 1
             if not state.flying and not state.queue and self._groups.get(group) is state:
                 del self._groups[group]
 
-    async def _answer(self, group: G, batch: list[_Waiting[I, R]]) -> None:
-        deadlines = [w.deadline for w in batch]
-        deadline_var.set(None if None in deadlines else max(d for d in deadlines if d))
+    async def _answer(
+        self, group: G, state: _Group[I, R], batch: list[_Waiting[I, R]]
+    ) -> None:
+        deadline_var.set(min(w.deadline for w in batch))
         if self._observe is not None:
             self._observe(len(batch))
         try:
             answers = await self._send(group, [w.item for w in batch])
         except Exception as exc:
+            busy = isinstance(exc, DomainError) and exc.reason == "STORE_BUSY"
+            if busy:  # the pool stayed full: those with time left wait on, first in line
+                now = time.monotonic()
+                patient = [w for w in batch if w.deadline - now > REQUEUE_MARGIN_SECONDS]
+                state.queue[:0] = [w for w in patient if not w.abandoned]
+                batch = [w for w in batch if w not in patient]
             outage = isinstance(exc, DomainError) and exc.kind is ErrorKind.UNAVAILABLE
             if len(batch) > 1 and not outage:
                 half = len(batch) // 2
-                await self._answer(group, batch[:half])
-                await self._answer(group, batch[half:])
+                await self._answer(group, state, batch[:half])
+                await self._answer(group, state, batch[half:])
                 return
             for waiting in batch:
                 if not waiting.future.done():

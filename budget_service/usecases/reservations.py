@@ -56,12 +56,14 @@ class Reservations:
             max_batch=batch.max_items,
             inflight=batch.inflight,
             observe=tx.metrics.batch_size.observe,
+            default_wait=tx.settings.database.acquire_timeout_seconds,
         )
         self._checks: GroupCommit[str, decisions.Item, decisions.Answer] = GroupCommit(
             self._check,
             max_batch=batch.max_items,
             inflight=batch.inflight,
             observe=tx.metrics.check_batch_size.observe,
+            default_wait=tx.settings.database.acquire_timeout_seconds,
         )
 
     async def _decide(self, tenant: str, items: Sequence[decisions.Item]) -> list[decisions.Answer]:

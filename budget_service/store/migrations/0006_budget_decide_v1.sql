@@ -88,19 +88,23 @@ LANGUAGE sql STABLE PARALLEL SAFE AS $$
          ORDER BY budget.scope_rank_v1(e ->> 'scope') LIMIT 1))
 $$;
 
--- Once-per-dimension flags as stored (sorted dimension names) from a bit mask.
+-- Once-per-dimension flags as stored (dimension names sorted as Python sorts them: cost,
+-- retries, tokens, toolCalls) from a bit mask (bit 1 tokens, 2 cost, 4 toolCalls, 8 retries),
+-- and back. One SELECT expression each, so the planner inlines them.
 CREATE FUNCTION budget.flag_names_v1(mask integer) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(array_agg(t.name ORDER BY t.name COLLATE "C"), '{}')
-    FROM unnest(ARRAY['tokens', 'cost', 'toolCalls', 'retries']) WITH ORDINALITY AS t(name, b)
-    WHERE (mask >> (t.b::integer - 1)) & 1 = 1
+    SELECT array_remove(ARRAY[
+        CASE WHEN mask & 2 <> 0 THEN 'cost' END, CASE WHEN mask & 8 <> 0 THEN 'retries' END,
+        CASE WHEN mask & 1 <> 0 THEN 'tokens' END, CASE WHEN mask & 4 <> 0 THEN 'toolCalls' END
+    ]::text[], NULL)
 $$;
 
 CREATE FUNCTION budget.flag_mask_v1(flags text[]) RETURNS integer
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(sum(1 << (array_position(
-        ARRAY['tokens', 'cost', 'toolCalls', 'retries'], f) - 1)), 0)::integer
-    FROM unnest(flags) f
+    SELECT CASE WHEN 'tokens' = ANY(flags) THEN 1 ELSE 0 END
+         | CASE WHEN 'cost' = ANY(flags) THEN 2 ELSE 0 END
+         | CASE WHEN 'toolCalls' = ANY(flags) THEN 4 ELSE 0 END
+         | CASE WHEN 'retries' = ANY(flags) THEN 8 ELSE 0 END
 $$;
 
 CREATE FUNCTION budget.decide_v1(
@@ -176,6 +180,9 @@ DECLARE
     v_events_before integer; v_status text; v_hold_doc json; v_pools_doc jsonb;
     v_pools_json text; v_message text; v_scope text; v_reply text; v_done boolean;
     v_ledger_pools jsonb;
+    v_any_pools boolean;
+    v_any_overdue boolean;
+    v_ended integer := 0;
     -- writes
     w_count integer;
 BEGIN
@@ -209,73 +216,83 @@ BEGIN
 
     -- 2. The runs, locked in run_id order (read only: as they are).
     IF p_read_only THEN
-        SELECT array_agg(s.run_id ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.project_id ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.workflow_id ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.agent_id ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.state ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.threshold_percent ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.on_exhaustion ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.binding ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.model_lists ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.scope_advisory ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.policy_version ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.next_seq ORDER BY s.run_id COLLATE "C"),
+        SELECT array_agg(s.run_id),
+               array_agg(s.project_id),
+               array_agg(s.workflow_id),
+               array_agg(s.agent_id),
+               array_agg(s.state),
+               array_agg(s.threshold_percent),
+               array_agg(s.on_exhaustion),
+               array_agg(s.binding),
+               array_agg(s.model_lists),
+               array_agg(s.scope_advisory),
+               array_agg(s.policy_version),
+               array_agg(s.next_seq),
                array_agg(ARRAY[s.max_tokens, s.max_cost_nanos, s.max_tool_calls,
-                               s.max_retries] ORDER BY s.run_id COLLATE "C"),
+                               s.max_retries]),
                array_agg(ARRAY[s.consumed_tokens, s.consumed_cost_nanos,
                                s.consumed_tool_calls, s.consumed_retries]
-                         ORDER BY s.run_id COLLATE "C"),
+                        ),
                array_agg(ARRAY[s.held_tokens, s.held_cost_nanos, s.held_tool_calls,
-                               s.held_retries] ORDER BY s.run_id COLLATE "C"),
-               array_agg(budget.flag_mask_v1(s.crossed) ORDER BY s.run_id COLLATE "C"),
-               array_agg(budget.flag_mask_v1(s.exhausted) ORDER BY s.run_id COLLATE "C"),
-               array_agg(budget.flag_mask_v1(s.breached) ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_dimension ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_limit ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_consumed ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_observed ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_scope ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_scope_id ORDER BY s.run_id COLLATE "C")
+                               s.held_retries]),
+               array_agg(budget.flag_mask_v1(s.crossed)),
+               array_agg(budget.flag_mask_v1(s.exhausted)),
+               array_agg(budget.flag_mask_v1(s.breached)),
+               array_agg(s.stopped_dimension),
+               array_agg(s.stopped_limit),
+               array_agg(s.stopped_consumed),
+               array_agg(s.stopped_observed),
+               array_agg(s.stopped_scope),
+               array_agg(s.stopped_scope_id),
+               coalesce(bool_or(cardinality(s.pool_scopes) > 0), false),
+               coalesce(bool_or(EXISTS (
+                   SELECT 1 FROM budget.holds o
+                   WHERE o.tenant_id = p_tenant AND o.run_id = s.run_id AND o.state = 'open'
+                     AND o.expires_at <= v_now)), false)
         INTO r_id, r_project, r_workflow, r_agent, r_state, r_threshold, r_on_exh, r_binding,
              r_lists, r_advisory, r_version, r_next_seq, r_lim, r_used, r_held, r_crossed,
              r_exhausted, r_breached, r_stop_dim, r_stop_lim, r_stop_used, r_stop_obs,
-             r_stop_scope, r_stop_scope_id
+             r_stop_scope, r_stop_scope_id, v_any_pools, v_any_overdue
         FROM budget.runs s
         WHERE s.tenant_id = p_tenant AND s.run_id = ANY(wanted);
     ELSE
-        SELECT array_agg(s.run_id ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.project_id ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.workflow_id ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.agent_id ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.state ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.threshold_percent ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.on_exhaustion ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.binding ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.model_lists ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.scope_advisory ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.policy_version ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.next_seq ORDER BY s.run_id COLLATE "C"),
+        SELECT array_agg(s.run_id),
+               array_agg(s.project_id),
+               array_agg(s.workflow_id),
+               array_agg(s.agent_id),
+               array_agg(s.state),
+               array_agg(s.threshold_percent),
+               array_agg(s.on_exhaustion),
+               array_agg(s.binding),
+               array_agg(s.model_lists),
+               array_agg(s.scope_advisory),
+               array_agg(s.policy_version),
+               array_agg(s.next_seq),
                array_agg(ARRAY[s.max_tokens, s.max_cost_nanos, s.max_tool_calls,
-                               s.max_retries] ORDER BY s.run_id COLLATE "C"),
+                               s.max_retries]),
                array_agg(ARRAY[s.consumed_tokens, s.consumed_cost_nanos,
                                s.consumed_tool_calls, s.consumed_retries]
-                         ORDER BY s.run_id COLLATE "C"),
+                        ),
                array_agg(ARRAY[s.held_tokens, s.held_cost_nanos, s.held_tool_calls,
-                               s.held_retries] ORDER BY s.run_id COLLATE "C"),
-               array_agg(budget.flag_mask_v1(s.crossed) ORDER BY s.run_id COLLATE "C"),
-               array_agg(budget.flag_mask_v1(s.exhausted) ORDER BY s.run_id COLLATE "C"),
-               array_agg(budget.flag_mask_v1(s.breached) ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_dimension ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_limit ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_consumed ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_observed ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_scope ORDER BY s.run_id COLLATE "C"),
-               array_agg(s.stopped_scope_id ORDER BY s.run_id COLLATE "C")
+                               s.held_retries]),
+               array_agg(budget.flag_mask_v1(s.crossed)),
+               array_agg(budget.flag_mask_v1(s.exhausted)),
+               array_agg(budget.flag_mask_v1(s.breached)),
+               array_agg(s.stopped_dimension),
+               array_agg(s.stopped_limit),
+               array_agg(s.stopped_consumed),
+               array_agg(s.stopped_observed),
+               array_agg(s.stopped_scope),
+               array_agg(s.stopped_scope_id),
+               coalesce(bool_or(cardinality(s.pool_scopes) > 0), false),
+               coalesce(bool_or(EXISTS (
+                   SELECT 1 FROM budget.holds o
+                   WHERE o.tenant_id = p_tenant AND o.run_id = s.run_id AND o.state = 'open'
+                     AND o.expires_at <= v_now)), false)
         INTO r_id, r_project, r_workflow, r_agent, r_state, r_threshold, r_on_exh, r_binding,
              r_lists, r_advisory, r_version, r_next_seq, r_lim, r_used, r_held, r_crossed,
              r_exhausted, r_breached, r_stop_dim, r_stop_lim, r_stop_used, r_stop_obs,
-             r_stop_scope, r_stop_scope_id
+             r_stop_scope, r_stop_scope_id, v_any_pools, v_any_overdue
         FROM (SELECT u.* FROM budget.runs u
               WHERE u.tenant_id = p_tenant AND u.run_id = ANY(wanted)
               ORDER BY u.run_id COLLATE "C"
@@ -315,85 +332,89 @@ BEGIN
             END IF;
         END LOOP;
 
+        IF v_any_pools THEN
         -- The current window of every pooled budget the runs draw on, in canonical order.
-        FOR rec IN
-            SELECT s.scope, s.scope_id, s.window_kind,
-                   ARRAY[s.max_tokens, s.max_cost_nanos, s.max_tool_calls, s.max_retries]
-                       AS lims,
-                   array_agg(u.run_id) AS runs
-            FROM budget.runs u
-            CROSS JOIN LATERAL unnest(u.pool_scopes, u.pool_scope_ids) AS q(scope, scope_id)
-            JOIN budget.scope_budgets s
-              ON s.tenant_id = p_tenant AND s.scope = q.scope AND s.scope_id = q.scope_id
-             AND s.kind = 'pooled'
-            WHERE u.tenant_id = p_tenant AND u.run_id = ANY(r_id)
-              AND cardinality(u.pool_scopes) > 0
-            GROUP BY s.scope, s.scope_id, s.window_kind, s.max_tokens, s.max_cost_nanos,
-                     s.max_tool_calls, s.max_retries
-            ORDER BY budget.scope_rank_v1(s.scope), s.scope_id COLLATE "C"
-        LOOP
-            np := np + 1;
-            p_scope := p_scope || rec.scope;
-            p_scope_id := p_scope_id || rec.scope_id;
-            p_window := p_window || budget.window_start_v1(rec.window_kind, v_now);
-            p_key := p_key || (rec.scope || chr(31) || rec.scope_id || chr(31)
-                               || budget.epoch_us(p_window[np]));
-            p_lim := p_lim || ARRAY[rec.lims];
-            p_current := p_current || true;
-            FOREACH v_key IN ARRAY rec.runs LOOP
-                k := array_position(r_id, v_key);
-                r_pools[k] := r_pools[k] || CASE WHEN r_pools[k] = '' THEN '' ELSE ',' END || np;
+            FOR rec IN
+                SELECT s.scope, s.scope_id, s.window_kind,
+                       ARRAY[s.max_tokens, s.max_cost_nanos, s.max_tool_calls, s.max_retries]
+                           AS lims,
+                       array_agg(u.run_id) AS runs
+                FROM budget.runs u
+                CROSS JOIN LATERAL unnest(u.pool_scopes, u.pool_scope_ids) AS q(scope, scope_id)
+                JOIN budget.scope_budgets s
+                  ON s.tenant_id = p_tenant AND s.scope = q.scope AND s.scope_id = q.scope_id
+                 AND s.kind = 'pooled'
+                WHERE u.tenant_id = p_tenant AND u.run_id = ANY(r_id)
+                  AND cardinality(u.pool_scopes) > 0
+                GROUP BY s.scope, s.scope_id, s.window_kind, s.max_tokens, s.max_cost_nanos,
+                         s.max_tool_calls, s.max_retries
+                ORDER BY budget.scope_rank_v1(s.scope), s.scope_id COLLATE "C"
+            LOOP
+                np := np + 1;
+                p_scope := p_scope || rec.scope;
+                p_scope_id := p_scope_id || rec.scope_id;
+                p_window := p_window || budget.window_start_v1(rec.window_kind, v_now);
+                p_key := p_key || (rec.scope || chr(31) || rec.scope_id || chr(31)
+                                   || budget.epoch_us(p_window[np]));
+                p_lim := p_lim || ARRAY[rec.lims];
+                p_current := p_current || true;
+                FOREACH v_key IN ARRAY rec.runs LOOP
+                    k := array_position(r_id, v_key);
+                    r_pools[k] := r_pools[k] || CASE WHEN r_pools[k] = '' THEN '' ELSE ',' END || np;
+                END LOOP;
             END LOOP;
-        END LOOP;
+        END IF;
 
-        -- Holds this batch may end: every open one past its expiry, and each named one.
-        FOR rec IN
-            SELECT o.reservation_id, o.run_id, o.model, o.state, o.policy_version,
-                   ARRAY[o.requested_tokens, o.requested_cost_nanos, o.requested_tool_calls,
-                         o.requested_retries] AS req,
-                   ARRAY[o.granted_tokens, o.granted_cost_nanos, o.granted_tool_calls,
-                         o.granted_retries] AS gr,
-                   o.pool_scopes, o.pool_scope_ids, o.pool_windows, o.created_at, o.expires_at
-            FROM budget.holds o
-            WHERE o.tenant_id = p_tenant AND o.run_id = ANY(r_id)
-              AND ((o.state = 'open' AND o.expires_at <= v_now)
-                   OR (o.run_id, o.reservation_id) IN (
-                       SELECT * FROM unnest(named_runs, named_ids)))
-            ORDER BY o.run_id COLLATE "C", o.created_at, o.reservation_id COLLATE "C"
-        LOOP
-            nh := nh + 1;
-            h_id := h_id || rec.reservation_id;
-            h_run := h_run || array_position(r_id, rec.run_id);
-            h_model := h_model || rec.model;
-            h_state := h_state || rec.state;
-            h_was_open := h_was_open || (rec.state = 'open');
-            h_new := h_new || false;
-            h_req := h_req || ARRAY[rec.req];
-            h_gr := h_gr || ARRAY[rec.gr];
-            h_created := h_created || rec.created_at;
-            h_expires := h_expires || rec.expires_at;
-            h_version := h_version || rec.policy_version;
-            v_key := '';
-            -- Only an open hold can still change its pool rows.
-            FOR j IN 1..CASE WHEN rec.state = 'open' THEN cardinality(rec.pool_scopes)
-                             ELSE 0 END LOOP
-                m := array_position(p_key, rec.pool_scopes[j] || chr(31)
-                    || rec.pool_scope_ids[j] || chr(31) || budget.epoch_us(rec.pool_windows[j]));
-                IF m IS NULL THEN
-                    np := np + 1;
-                    m := np;
-                    p_scope := p_scope || rec.pool_scopes[j];
-                    p_scope_id := p_scope_id || rec.pool_scope_ids[j];
-                    p_window := p_window || rec.pool_windows[j];
-                    p_key := p_key || (rec.pool_scopes[j] || chr(31) || rec.pool_scope_ids[j]
-                                       || chr(31) || budget.epoch_us(rec.pool_windows[j]));
-                    p_lim := p_lim || ARRAY[ARRAY[NULL, NULL, NULL, NULL]::bigint[]];
-                    p_current := p_current || false;
-                END IF;
-                v_key := v_key || CASE WHEN v_key = '' THEN '' ELSE ',' END || m;
+        IF v_any_overdue OR cardinality(named_ids) > 0 THEN
+            -- Holds this batch may end: every open one past its expiry, and each named one.
+            FOR rec IN
+                SELECT o.reservation_id, o.run_id, o.model, o.state, o.policy_version,
+                       ARRAY[o.requested_tokens, o.requested_cost_nanos, o.requested_tool_calls,
+                             o.requested_retries] AS req,
+                       ARRAY[o.granted_tokens, o.granted_cost_nanos, o.granted_tool_calls,
+                             o.granted_retries] AS gr,
+                       o.pool_scopes, o.pool_scope_ids, o.pool_windows, o.created_at, o.expires_at
+                FROM budget.holds o
+                WHERE o.tenant_id = p_tenant AND o.run_id = ANY(r_id)
+                  AND ((o.state = 'open' AND o.expires_at <= v_now)
+                       OR (o.run_id, o.reservation_id) IN (
+                           SELECT * FROM unnest(named_runs, named_ids)))
+                ORDER BY o.run_id COLLATE "C", o.created_at, o.reservation_id COLLATE "C"
+            LOOP
+                nh := nh + 1;
+                h_id := h_id || rec.reservation_id;
+                h_run := h_run || array_position(r_id, rec.run_id);
+                h_model := h_model || rec.model;
+                h_state := h_state || rec.state;
+                h_was_open := h_was_open || (rec.state = 'open');
+                h_new := h_new || false;
+                h_req := h_req || ARRAY[rec.req];
+                h_gr := h_gr || ARRAY[rec.gr];
+                h_created := h_created || rec.created_at;
+                h_expires := h_expires || rec.expires_at;
+                h_version := h_version || rec.policy_version;
+                v_key := '';
+                -- Only an open hold can still change its pool rows.
+                FOR j IN 1..CASE WHEN rec.state = 'open' THEN cardinality(rec.pool_scopes)
+                                 ELSE 0 END LOOP
+                    m := array_position(p_key, rec.pool_scopes[j] || chr(31)
+                        || rec.pool_scope_ids[j] || chr(31) || budget.epoch_us(rec.pool_windows[j]));
+                    IF m IS NULL THEN
+                        np := np + 1;
+                        m := np;
+                        p_scope := p_scope || rec.pool_scopes[j];
+                        p_scope_id := p_scope_id || rec.pool_scope_ids[j];
+                        p_window := p_window || rec.pool_windows[j];
+                        p_key := p_key || (rec.pool_scopes[j] || chr(31) || rec.pool_scope_ids[j]
+                                           || chr(31) || budget.epoch_us(rec.pool_windows[j]));
+                        p_lim := p_lim || ARRAY[ARRAY[NULL, NULL, NULL, NULL]::bigint[]];
+                        p_current := p_current || false;
+                    END IF;
+                    v_key := v_key || CASE WHEN v_key = '' THEN '' ELSE ',' END || m;
+                END LOOP;
+                h_slots := h_slots || v_key;
             END LOOP;
-            h_slots := h_slots || v_key;
-        END LOOP;
+        END IF;
 
         -- Pool rows: create the current windows, then lock every row in canonical order.
         IF np > 0 THEN
@@ -483,6 +504,7 @@ BEGIN
             CONTINUE WHEN h_state[h] <> 'open' OR h_expires[h] > v_now;
             k := h_run[h];
             h_state[h] := 'expired';
+            v_ended := v_ended + 1;
             r_expired[k] := r_expired[k] + 1;
             r_touched[k] := true;
             v_slots := string_to_array(nullif(h_slots[h], ''), ',')::integer[];
@@ -848,6 +870,7 @@ BEGIN
                     END LOOP;
                 END LOOP;
                 h_state[h] := 'released';
+                v_ended := v_ended + CASE WHEN h_was_open[h] THEN 1 ELSE 0 END;
                 r_touched[k] := true;
                 nl := nl + 1;
                 l_run := l_run || r_id[k]; l_req := l_req || p_request_ids[i];
@@ -1004,6 +1027,7 @@ BEGIN
                 END LOOP;
                 IF v_settles THEN
                     h_state[h] := 'consumed';
+                    v_ended := v_ended + CASE WHEN h_was_open[h] THEN 1 ELSE 0 END;
                 END IF;
                 r_touched[k] := true;
                 nl := nl + 1;
@@ -1161,7 +1185,7 @@ BEGIN
         WHERE b.tenant_id = p_tenant AND b.scope = x.scope AND b.scope_id = x.scope_id
           AND b.window_start = x.window_start;
     END IF;
-    IF nh > 0 THEN
+    IF v_ended > 0 THEN
         -- Holds that were open and ended here; guarded, so a hold never ends twice.
         UPDATE budget.holds o SET state = x.state, ended_at = v_now
         FROM unnest(h_id, ARRAY(SELECT r_id[h_run[s]] FROM generate_series(1, nh) s ORDER BY s),
@@ -1171,10 +1195,11 @@ BEGIN
           AND o.tenant_id = p_tenant AND o.run_id = x.run_id
           AND o.reservation_id = x.reservation_id AND o.state = 'open';
         GET DIAGNOSTICS w_count = ROW_COUNT;
-        IF w_count <> (SELECT count(*) FROM unnest(h_state, h_was_open) AS x(state, was_open)
-                       WHERE x.was_open AND x.state <> 'open') THEN
+        IF w_count <> v_ended THEN
             RAISE EXCEPTION 'a hold ended concurrently' USING ERRCODE = 'serialization_failure';
         END IF;
+    END IF;
+    IF nh > 0 THEN
         INSERT INTO budget.holds (
             tenant_id, run_id, reservation_id, model,
             requested_tokens, requested_cost_nanos, requested_tool_calls, requested_retries,
