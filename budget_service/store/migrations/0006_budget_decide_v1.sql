@@ -114,7 +114,11 @@ CREATE FUNCTION budget.decide_v1(
     p_tokens bigint[], p_cost bigint[], p_tool_calls bigint[], p_retries bigint[],
     p_up_to boolean[], p_ttl_seconds integer[],
     OUT outcomes text[], OUT responses bytea[], OUT refusals jsonb[], OUT tallies jsonb[])
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- Generic plans: the statements below are the same for every batch, and custom plans (chosen
+-- for array arguments) would be planned again on every call.
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     names constant text[] := ARRAY['tokens', 'cost', 'toolCalls', 'retries'];
     fields constant text[] := ARRAY['tokens', 'cost_nanos', 'tool_calls', 'retries'];
@@ -185,6 +189,12 @@ DECLARE
     v_ended integer := 0;
     -- writes
     w_count integer;
+    w_id text; w_state text; w_scope text; w_scope_id text; w_window timestamptz;
+    w_u1 bigint; w_u2 bigint; w_u3 bigint; w_u4 bigint;
+    w_h1 bigint; w_h2 bigint; w_h3 bigint; w_h4 bigint;
+    w_crossed text[]; w_exhausted text[]; w_breached text[];
+    w_sd text; w_sl bigint; w_su bigint; w_so bigint; w_ss text; w_ssi text;
+    w_events integer; w_adv integer;
 BEGIN
     PERFORM set_config('ration.tenant_id', p_tenant, true);
     outcomes := array_fill(NULL::text, ARRAY[n]);
@@ -1124,67 +1134,48 @@ BEGIN
     END IF;
 
     -- 6. Writes: each touched run and pool row once, then holds, ledger, events, replies.
-    IF nr > 0 THEN
-        UPDATE budget.runs u SET
-            state = x.state,
-            consumed_tokens = x.u1, consumed_cost_nanos = x.u2,
-            consumed_tool_calls = x.u3, consumed_retries = x.u4,
-            held_tokens = x.h1, held_cost_nanos = x.h2,
-            held_tool_calls = x.h3, held_retries = x.h4,
-            crossed = budget.flag_names_v1(x.crossed),
-            exhausted = budget.flag_names_v1(x.exhausted),
-            breached = budget.flag_names_v1(x.breached),
-            stopped_dimension = x.sd, stopped_limit = x.sl, stopped_consumed = x.su,
-            stopped_observed = x.so, stopped_scope = x.ss, stopped_scope_id = x.ssi,
-            next_seq = u.next_seq + x.events,
-            advisory_refusals = u.advisory_refusals + x.adv,
+    -- One UPDATE per touched run, from scalars (each plan is cached once, generic).
+    FOR k IN 1..nr LOOP
+        CONTINUE WHEN NOT r_touched[k];
+        w_id := r_id[k]; w_state := r_state[k];
+        w_u1 := r_used[k][1]; w_u2 := r_used[k][2]; w_u3 := r_used[k][3];
+        w_u4 := r_used[k][4]; w_h1 := r_held[k][1]; w_h2 := r_held[k][2];
+        w_h3 := r_held[k][3]; w_h4 := r_held[k][4];
+        w_crossed := budget.flag_names_v1(r_crossed[k]);
+        w_exhausted := budget.flag_names_v1(r_exhausted[k]);
+        w_breached := budget.flag_names_v1(r_breached[k]);
+        w_sd := r_stop_dim[k]; w_sl := r_stop_lim[k]; w_su := r_stop_used[k];
+        w_so := r_stop_obs[k]; w_ss := r_stop_scope[k]; w_ssi := r_stop_scope_id[k];
+        w_events := r_events[k]; w_adv := r_adv_refusals[k];
+        UPDATE budget.runs SET
+            state = w_state,
+            consumed_tokens = w_u1, consumed_cost_nanos = w_u2,
+            consumed_tool_calls = w_u3, consumed_retries = w_u4,
+            held_tokens = w_h1, held_cost_nanos = w_h2,
+            held_tool_calls = w_h3, held_retries = w_h4,
+            crossed = w_crossed, exhausted = w_exhausted, breached = w_breached,
+            stopped_dimension = w_sd, stopped_limit = w_sl, stopped_consumed = w_su,
+            stopped_observed = w_so, stopped_scope = w_ss, stopped_scope_id = w_ssi,
+            next_seq = next_seq + w_events,
+            advisory_refusals = advisory_refusals + w_adv,
             updated_at = v_now
-        FROM (
-            SELECT t.*
-            FROM unnest(
-                r_id, r_state,
-                ARRAY(SELECT r_used[s][1] FROM generate_series(1, nr) s ORDER BY s),
-                ARRAY(SELECT r_used[s][2] FROM generate_series(1, nr) s ORDER BY s),
-                ARRAY(SELECT r_used[s][3] FROM generate_series(1, nr) s ORDER BY s),
-                ARRAY(SELECT r_used[s][4] FROM generate_series(1, nr) s ORDER BY s),
-                ARRAY(SELECT r_held[s][1] FROM generate_series(1, nr) s ORDER BY s),
-                ARRAY(SELECT r_held[s][2] FROM generate_series(1, nr) s ORDER BY s),
-                ARRAY(SELECT r_held[s][3] FROM generate_series(1, nr) s ORDER BY s),
-                ARRAY(SELECT r_held[s][4] FROM generate_series(1, nr) s ORDER BY s),
-                r_crossed, r_exhausted, r_breached, r_stop_dim, r_stop_lim, r_stop_used,
-                r_stop_obs, r_stop_scope, r_stop_scope_id, r_events, r_adv_refusals,
-                r_touched)
-            AS t(run_id, state, u1, u2, u3, u4, h1, h2, h3, h4, crossed, exhausted, breached,
-                 sd, sl, su, so, ss, ssi, events, adv, touched)
-            WHERE t.touched
-        ) x
-        WHERE u.tenant_id = p_tenant AND u.run_id = x.run_id;
-    END IF;
-    IF np > 0 THEN
-        UPDATE budget.pool_balances b SET
-            consumed_tokens = x.u1, consumed_cost_nanos = x.u2,
-            consumed_tool_calls = x.u3, consumed_retries = x.u4,
-            held_tokens = x.h1, held_cost_nanos = x.h2,
-            held_tool_calls = x.h3, held_retries = x.h4
-        FROM (
-            SELECT t.*
-            FROM unnest(
-                p_scope, p_scope_id, p_window,
-                ARRAY(SELECT p_used[s][1] FROM generate_series(1, np) s ORDER BY s),
-                ARRAY(SELECT p_used[s][2] FROM generate_series(1, np) s ORDER BY s),
-                ARRAY(SELECT p_used[s][3] FROM generate_series(1, np) s ORDER BY s),
-                ARRAY(SELECT p_used[s][4] FROM generate_series(1, np) s ORDER BY s),
-                ARRAY(SELECT p_held[s][1] FROM generate_series(1, np) s ORDER BY s),
-                ARRAY(SELECT p_held[s][2] FROM generate_series(1, np) s ORDER BY s),
-                ARRAY(SELECT p_held[s][3] FROM generate_series(1, np) s ORDER BY s),
-                ARRAY(SELECT p_held[s][4] FROM generate_series(1, np) s ORDER BY s),
-                p_touched, p_found)
-            AS t(scope, scope_id, window_start, u1, u2, u3, u4, h1, h2, h3, h4, touched, found)
-            WHERE t.touched AND t.found
-        ) x
-        WHERE b.tenant_id = p_tenant AND b.scope = x.scope AND b.scope_id = x.scope_id
-          AND b.window_start = x.window_start;
-    END IF;
+        WHERE tenant_id = p_tenant AND run_id = w_id;
+    END LOOP;
+    -- And per touched pool row.
+    FOR m IN 1..np LOOP
+        CONTINUE WHEN NOT (p_touched[m] AND p_found[m]);
+        w_scope := p_scope[m]; w_scope_id := p_scope_id[m]; w_window := p_window[m];
+        w_u1 := p_used[m][1]; w_u2 := p_used[m][2]; w_u3 := p_used[m][3];
+        w_u4 := p_used[m][4]; w_h1 := p_held[m][1]; w_h2 := p_held[m][2];
+        w_h3 := p_held[m][3]; w_h4 := p_held[m][4];
+        UPDATE budget.pool_balances SET
+            consumed_tokens = w_u1, consumed_cost_nanos = w_u2,
+            consumed_tool_calls = w_u3, consumed_retries = w_u4,
+            held_tokens = w_h1, held_cost_nanos = w_h2,
+            held_tool_calls = w_h3, held_retries = w_h4
+        WHERE tenant_id = p_tenant AND scope = w_scope AND scope_id = w_scope_id
+          AND window_start = w_window;
+    END LOOP;
     IF v_ended > 0 THEN
         -- Holds that were open and ended here; guarded, so a hold never ends twice.
         UPDATE budget.holds o SET state = x.state, ended_at = v_now
