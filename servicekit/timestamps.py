@@ -24,6 +24,13 @@ def timestamp(value: datetime) -> Timestamp:
     return Timestamp(seconds=seconds, nanos=micros * 1000)
 
 
+def micros_timestamp(micros: int) -> Timestamp:
+    """Microseconds since the Unix epoch as a Timestamp (what `timestamp` makes of the same
+    instant), without a datetime in between."""
+    seconds, rest = divmod(micros, 1_000_000)
+    return Timestamp(seconds=seconds, nanos=rest * 1000)
+
+
 def timestamp_violation(value: Timestamp, field: str) -> FieldViolation | None:
     """Why a request's Timestamp is not a valid instant, or None when it is."""
     if not MIN_SECONDS <= value.seconds <= MAX_SECONDS:
