@@ -335,6 +335,23 @@ def running(
             stop_server(server)
 
 
+def summary(servers: Sequence[Server], phases: Sequence[str]) -> None:
+    """Medians per server and, against the first, the median of the per-round differences
+    (each round's servers ran back to back, so the difference is the steadier figure)."""
+    print("\nmedian server CPU per RPC (ms):")
+    first = servers[0]
+    for server in servers:
+        cells = []
+        for name in phases:
+            cell = f"{name} {statistics.median(server.samples[name]):.3f}"
+            if server is not first:
+                pairs = zip(server.samples[name], first.samples[name], strict=True)
+                delta = statistics.median(mine - theirs for mine, theirs in pairs)
+                cell += f" ({delta:+.3f} vs first)"
+            cells.append(cell)
+        print(f"  {server.root}: {'  '.join(cells)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_server", description=__doc__)
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
@@ -375,12 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         running(database, options, Path(workdir), token) as servers,
     ):
         asyncio.run(measure(servers, token, options))
-        print("\nmedian server CPU per RPC (ms):")
-        for server in servers:
-            cells = "  ".join(
-                f"{name} {statistics.median(server.samples[name]):.3f}" for name in options.phases
-            )
-            print(f"  {server.root}: {cells}")
+        summary(servers, options.phases)
     return 0
 
 
