@@ -24,11 +24,12 @@ def timestamp(value: datetime) -> Timestamp:
     return Timestamp(seconds=seconds, nanos=micros * 1000)
 
 
-def micros_timestamp(micros: int) -> Timestamp:
-    """Microseconds since the Unix epoch as a Timestamp (what `timestamp` makes of the same
-    instant), without a datetime in between."""
+def set_micros(message: Timestamp, micros: int) -> None:
+    """Sets a Timestamp (typically a field of a message being built) to an instant given in
+    microseconds since the Unix epoch: what `timestamp` makes of the same instant."""
     seconds, rest = divmod(micros, 1_000_000)
-    return Timestamp(seconds=seconds, nanos=rest * 1000)
+    message.seconds = seconds
+    message.nanos = rest * 1000
 
 
 def timestamp_violation(value: Timestamp, field: str) -> FieldViolation | None:

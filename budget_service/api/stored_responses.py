@@ -17,27 +17,31 @@ from budget_service.domain import commands as cmd
 from budget_service.domain.policy import Dimension
 from budget_service.domain.records import ReservationRecord
 from ration.budget.v1 import budget_pb2 as pb
-from servicekit.timestamps import micros_timestamp
+from servicekit.timestamps import set_micros
 
 # The documents name enum members by value.
 DIMENSIONS = {d.value: number for d, number in out.DIMENSIONS.items()}
 SCOPES = {s.value: number for s, number in out.SCOPE_NUMBERS.items()}
 STATES = {s.value: number for s, number in out.STATES.items()}
 HOLD_STATES = {s.value: number for s, number in out.RESERVATION_STATES.items()}
+RESERVATION_UNSPECIFIED = pb.RESERVATION_STATE_UNSPECIFIED
 # and list amounts in Dimension order.
 if tuple(d.field_name for d in Dimension) != ("tokens", "cost_nanos", "tool_calls", "retries"):
-    raise ImportError("stored amounts are read in Dimension order: update _amounts")
+    raise ImportError("stored amounts are listed in Dimension order: update _amounts")
 
 
-def _amounts(values: Sequence[int]) -> pb.Amounts:
-    tokens, cost_nanos, tool_calls, retries = values
-    return pb.Amounts(tokens=tokens, cost_nanos=cost_nanos, tool_calls=tool_calls, retries=retries)
+# Each message is filled in place: on this protobuf runtime (upb) that is about a third
+# cheaper than building the submessages first and handing them to the constructor.
+def _amounts(message: pb.Amounts, values: Sequence[int]) -> None:
+    message.tokens, message.cost_nanos, message.tool_calls, message.retries = values
 
 
-def _dimensions(rows: Sequence[Sequence[Any]]) -> list[pb.DimensionStatus]:
-    found = []
+def _dimensions(
+    message: pb.ReserveResponse | pb.ConsumeResponse, rows: Sequence[Sequence[Any]]
+) -> None:
+    add = message.dimensions.add
     for dimension, limit, consumed, held, scope, scope_id, clamped_by in rows:
-        message = pb.DimensionStatus(
+        status = add(
             dimension=DIMENSIONS[dimension],
             consumed=consumed,
             held=held,
@@ -46,39 +50,38 @@ def _dimensions(rows: Sequence[Sequence[Any]]) -> list[pb.DimensionStatus]:
             clamped_by=clamped_by,
         )
         if limit is not None:
-            message.limit = limit
-            message.remaining = max(0, limit - consumed - held)
-        found.append(message)
-    return found
+            status.limit = limit
+            status.remaining = max(0, limit - consumed - held)
 
 
-def _hold(doc: Mapping[str, Any]) -> pb.Reservation:
-    return pb.Reservation(
-        reservation_id=doc["id"],
-        run_id=doc["run"],
-        model=doc["model"],
-        requested=_amounts(doc["requested"]),
-        granted=_amounts(doc["granted"]),
-        state=HOLD_STATES[doc["state"]],
-        expires_at=micros_timestamp(doc["expires_us"]),
-        created_at=micros_timestamp(doc["created_us"]),
-    )
+def _hold(message: pb.Reservation, doc: Mapping[str, Any]) -> None:
+    message.reservation_id = doc["id"]
+    message.run_id = doc["run"]
+    message.model = doc["model"]
+    _amounts(message.requested, doc["requested"])
+    _amounts(message.granted, doc["granted"])
+    message.state = HOLD_STATES[doc["state"]]
+    set_micros(message.expires_at, doc["expires_us"])
+    set_micros(message.created_at, doc["created_us"])
 
 
 def reservation(record: ReservationRecord) -> pb.Reservation:
     hold = record.reply
-    return out.reservation(record) if hold is None else _hold(hold)
+    if hold is None:
+        return out.reservation(record)
+    message = pb.Reservation()
+    _hold(message, hold)
+    return message
 
 
 def reserve(result: cmd.ReserveResult) -> pb.ReserveResponse:
     doc = result.reply
     if doc is None:
         return out.reserve(result)
-    return pb.ReserveResponse(
-        reservation=_hold(doc["hold"]),
-        dimensions=_dimensions(doc["dimensions"]),
-        advisory_refusal_reason=doc["advisory_reason"],
-    )
+    message = pb.ReserveResponse(advisory_refusal_reason=doc["advisory_reason"])
+    _hold(message.reservation, doc["hold"])
+    _dimensions(message, doc["dimensions"])
+    return message
 
 
 def consume(result: cmd.ConsumeResult) -> pb.ConsumeResponse:
@@ -86,15 +89,20 @@ def consume(result: cmd.ConsumeResult) -> pb.ConsumeResponse:
     if doc is None:
         return out.consume(result)
     hold_state = doc["hold_state"]
-    unspecified = pb.RESERVATION_STATE_UNSPECIFIED
-    return pb.ConsumeResponse(
-        # The domain value keeps only the dimensions that overran.
-        overrun=_amounts([n if n > 0 else 0 for n in doc["overrun"]]),
-        dimensions=_dimensions(doc["dimensions"]),
+    message = pb.ConsumeResponse(
         state=STATES[doc["state"]],
-        reservation_state=HOLD_STATES[hold_state] if hold_state else unspecified,
+        reservation_state=HOLD_STATES[hold_state] if hold_state else RESERVATION_UNSPECIFIED,
     )
+    # The domain value keeps only the dimensions that overran.
+    _amounts(message.overrun, [n if n > 0 else 0 for n in doc["overrun"]])
+    _dimensions(message, doc["dimensions"])
+    return message
 
 
 def release(record: ReservationRecord) -> pb.ReleaseResponse:
-    return pb.ReleaseResponse(reservation=reservation(record))
+    hold = record.reply
+    if hold is None:
+        return pb.ReleaseResponse(reservation=out.reservation(record))
+    message = pb.ReleaseResponse()
+    _hold(message.reservation, hold)
+    return message
