@@ -62,20 +62,6 @@ def reservation_doc(reservation: ReservationRecord) -> dict[str, Any]:
     }
 
 
-def reservation_of(doc: Mapping[str, Any]) -> ReservationRecord:
-    return ReservationRecord(
-        reservation_id=doc["id"],
-        run_id=doc["run"],
-        model=doc["model"],
-        requested=_amounts(doc["requested"]),
-        granted=_amounts(doc["granted"]),
-        state=_RESERVATION_STATE[doc["state"]],
-        pools=tuple(PoolKey(BalanceRef(_SCOPE[s], i), _time(w)) for s, i, w in doc["pools"]),
-        created_at=_time(doc["created_us"]),
-        expires_at=_time(doc["expires_us"]),
-    )
-
-
 def statuses_doc(statuses: Sequence[DimensionStatus]) -> list[list[Any]]:
     return [
         [
