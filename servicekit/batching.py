@@ -140,9 +140,7 @@ class GroupCommit(Generic[G, I, R]):
             if not state.flying and not state.queue and self._groups.get(group) is state:
                 del self._groups[group]
 
-    async def _answer(
-        self, group: G, state: _Group[I, R], batch: list[_Waiting[I, R]]
-    ) -> None:
+    async def _answer(self, group: G, state: _Group[I, R], batch: list[_Waiting[I, R]]) -> None:
         deadline_var.set(min(w.deadline for w in batch))
         if self._observe is not None:
             self._observe(len(batch))

@@ -188,6 +188,10 @@ class BudgetMetrics:
             buckets=sizes,
             registry=registry,
         )
+        # Each series' child by (metric, exposed labels), so counting costs no label lookup.
+        # Bounded like the series: exposed labels come from bounded sets only (see above),
+        # and these counters never drop a series.
+        self._children: dict[tuple[str, tuple[str, ...]], Counter] = {}
         self.reservations_open = Gauge(
             "ration_budget_holds_open", "Open, unexpired holds (all replicas).", registry=registry
         )
@@ -219,13 +223,18 @@ class BudgetMetrics:
         return (self._tenants(tenant), self._projects(project), *models)
 
     def apply(self, tally: Tally) -> None:
+        children = self._children
         for metric, labels, amount in tally.items:
             if amount == 0:
                 continue
             if metric in SPEND_METRICS:
                 labels = self._spend_labels(labels)
-            counter = self._counters[metric]
-            (counter.labels(*labels) if labels else counter).inc(amount)
+            key = (metric, labels)
+            child = children.get(key)
+            if child is None:
+                counter = self._counters[metric]
+                child = children[key] = counter.labels(*labels) if labels else counter
+            child.inc(amount)
 
     def set_pools(self, pools: Iterable[PoolBalances]) -> None:
         """Replaces the pool gauges with the `max_pools` most depleted pools of each scope kind

@@ -9,6 +9,7 @@ import grpc
 
 from budget_service.api import requests as convert
 from budget_service.api import responses as out
+from budget_service.api import stored_responses as stored
 from budget_service.api.capabilities import BudgetCapabilities
 from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
@@ -72,22 +73,21 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     ) -> pb.ReserveResponse:
         tenant = current_identity().tenant
         mutation, command = convert.reserve(request, self._max_ttl_seconds)
-        return out.reserve(await self._reservations.reserve(tenant, mutation, command))
+        return stored.reserve(await self._reservations.reserve(tenant, mutation, command))
 
     async def Consume(
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConsumeResponse:
         tenant = current_identity().tenant
         mutation, command = convert.consume(request)
-        return out.consume(await self._reservations.consume(tenant, mutation, command))
+        return stored.consume(await self._reservations.consume(tenant, mutation, command))
 
     async def Release(
         self, request: pb.ReleaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseResponse:
         tenant = current_identity().tenant
         mutation, command = convert.release(request)
-        reservation = await self._reservations.release(tenant, mutation, command)
-        return pb.ReleaseResponse(reservation=out.reservation(reservation))
+        return stored.release(await self._reservations.release(tenant, mutation, command))
 
     async def Check(
         self, request: pb.CheckRequest, context: grpc.aio.ServicerContext

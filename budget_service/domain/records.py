@@ -133,6 +133,13 @@ class ReservationRecord:
     created_at: datetime
     expires_at: datetime
 
+    @property
+    def reply(self) -> Mapping[str, Any] | None:
+        """The hold of a stored reply document this record reads its fields from (a value
+        decoded by store/stored_replies.py), which the API turns straight into its message;
+        None for a record read from its table or built in Python."""
+        return None
+
 
 @dataclass(frozen=True)
 class StoredScopeBudget:
