@@ -70,6 +70,8 @@ class DomainError(Exception):
     message: str
     metadata: Mapping[str, str] = field(default_factory=dict)
     detail: Detail | None = None
+    # Further typed details, after `detail` (e.g. RetryInfo beside a QuotaFailure).
+    more: tuple[Detail, ...] = ()
 
     def __post_init__(self) -> None:
         super().__init__(self.message)

@@ -113,6 +113,10 @@ def decision_tally(
         tally.add("crossings", dimension)
     for dimension in facts.get("exhausted", ()):
         tally.add("exhaustions", dimension)
+    for dimension in facts.get("pool_crossed", ()):
+        tally.add("crossings", dimension)
+    for dimension in facts.get("pool_exhausted", ()):
+        tally.add("exhaustions", dimension)
     for dimension in facts.get("breached", ()):
         tally.add("breaches", dimension, enforcement)
     if facts.get("opened"):

@@ -53,17 +53,28 @@ def run_state_error(reason: str, state: RunState, message: str) -> DomainError:
     return DomainError(ErrorKind.PRECONDITION, reason, message, {"state": state.value}, detail)
 
 
-def budget_exhausted_error(breach: Breach | None) -> DomainError:
-    """BUDGET_EXHAUSTED with the breach that stopped the run, and a QuotaFailure detail."""
+def budget_exhausted_error(
+    breach: Breach | None, retry_after_seconds: float | None = None
+) -> DomainError:
+    """BUDGET_EXHAUSTED naming the balance (the run, or a pool's scope and id) and the breach,
+    with a QuotaFailure detail, and RetryInfo until a windowed pool's next window."""
     if breach is None:
         return DomainError(ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED", "the run's budget is exhausted")
-    d = breach.dimension
+    d, ref = breach.dimension, breach.balance
     limit, observed = ev.render_amount(d, breach.limit), ev.render_amount(d, breach.observed)
-    metadata = {"dimension": d.value, "limit": limit, "observed": observed}
-    detail = QuotaDetail(f"{breach.balance.scope.value}:{d.value}", f"{d} limit {limit}")
-    return DomainError(
-        ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED", breach_message(breach), metadata, detail
-    )
+    metadata = {
+        "dimension": d.value,
+        "limit": limit,
+        "observed": observed,
+        "scope": ref.scope.value,
+        "scopeId": ref.scope_id,
+    }
+    detail = QuotaDetail(f"{ref.scope.value}:{d.value}", f"{d} limit {limit}")
+    more = () if retry_after_seconds is None else (RetryDetail(retry_after_seconds),)
+    message = breach_message(breach)
+    if ref.scope is not Scope.RUN:
+        message = f"the {ref.scope.value} {ref.scope_id!r} pool is spent: {d} limit {limit}"
+    return DomainError(ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED", message, metadata, detail, more)
 
 
 def budget_held_error(contention: Contention, retry_after_seconds: float = 1.0) -> DomainError:
@@ -71,6 +82,7 @@ def budget_held_error(contention: Contention, retry_after_seconds: float = 1.0) 
     c, d = contention, contention.dimension
     amounts = {"limit": c.limit, "consumed": c.consumed, "held": c.held, "requested": c.requested}
     metadata = {"dimension": d.value} | {k: ev.render_amount(d, v) for k, v in amounts.items()}
+    metadata |= {"scope": c.balance.scope.value, "scopeId": c.balance.scope_id}
     message = f"{d} is held by open reservations; retry later"
     return DomainError(
         ErrorKind.EXHAUSTED, "BUDGET_HELD", message, metadata, RetryDetail(retry_after_seconds)
@@ -85,13 +97,13 @@ def reservation_settled_error(state: ReservationState) -> DomainError:
     )
 
 
-def model_denied_error(model: str, scope: Scope) -> DomainError:
-    """BUDGET_MODEL_DENIED: refused before any spend."""
+def model_denied_error(model: str, scope: Scope, scope_id: str = "") -> DomainError:
+    """BUDGET_MODEL_DENIED: refused before any spend, naming the scope whose lists refused."""
     return DomainError(
         ErrorKind.PRECONDITION,
         "BUDGET_MODEL_DENIED",
         f"model {model!r} is not allowed by the {scope.value} budget policy",
-        metadata={"model": model, "scope": scope.value},
+        metadata={"model": model, "scope": scope.value, "scopeId": scope_id},
         detail=PreconditionDetail(
             "BUDGET_MODEL_POLICY", f"model:{model}", f"denied by the {scope.value} model lists"
         ),
@@ -146,11 +158,14 @@ def refusal_error(facts: Mapping[str, Any]) -> DomainError:
                 int(facts["observed"]),
                 ref,
             )
-        return budget_exhausted_error(breach)
+        retry = facts.get("retry_after_seconds")
+        return budget_exhausted_error(breach, None if retry is None else float(retry))
     if reason in _STATE_MESSAGES:
         return run_state_error(reason, RunState(facts["state"]), _STATE_MESSAGES[reason])
     if reason == "BUDGET_MODEL_DENIED":
-        return model_denied_error(str(facts["model"]), Scope(facts["scope"]))
+        return model_denied_error(
+            str(facts["model"]), Scope(facts["scope"]), str(facts.get("scope_id", ""))
+        )
     if reason == "BUDGET_HELD":
         contention = Contention(
             Dimension(facts["dimension"]),
@@ -158,7 +173,7 @@ def refusal_error(facts: Mapping[str, Any]) -> DomainError:
             int(facts["consumed"]),
             int(facts["held"]),
             int(facts["requested"]),
-            BalanceRef(Scope(facts["scope"])),
+            BalanceRef(Scope(facts["scope"]), str(facts.get("scope_id", ""))),
         )
         return budget_held_error(contention, HELD_RETRY_SECONDS)
     if reason == "RESERVATION_NOT_FOUND":

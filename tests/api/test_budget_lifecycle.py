@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
 import grpc
+from google.rpc import error_details_pb2
 
 from budget_service.domain.policy import Window, window_start
 from ration.budget.v1 import budget_pb2 as pb
@@ -112,17 +114,65 @@ async def test_a_pool_is_shared_by_every_run_of_its_scope(
     held = await rpc_error(budget.reserve("b", tokens=40))  # fits run b, not the pool
     assert held.reason == "BUDGET_HELD"
     await budget.consume("a", reservation.reservation.reservation_id, tokens=70)
-    breach = await rpc_error(budget.reserve("b", tokens=40))
-    assert (breach.reason, breach.metadata["observed"]) == ("BUDGET_EXHAUSTED", "110")
-    assert (await budget.get_run("b")).state == pb.RUN_STATE_FAILED
+    spent = await rpc_error(budget.reserve("b", tokens=40))
+    # The pool cannot fit it: refused naming the pool, until the next window; run b lives.
+    assert (spent.code, spent.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "BUDGET_EXHAUSTED")
+    assert spent.metadata == {
+        "dimension": "tokens",
+        "limit": "100",
+        "observed": "110",
+        "scope": "project",
+        "scopeId": "p",
+    }
+    retry = spent.require(error_details_pb2.RetryInfo).retry_delay.ToTimedelta()
+    assert timedelta(0) < retry <= timedelta(days=31)
+    assert (await budget.get_run("b")).state == pb.RUN_STATE_ACTIVE
+    assert "cap.breached" not in [t for t, _ in await budget.trace("b")]
+    last = await budget.reserve("b", tokens=30)
+    assert last.reservation.granted.tokens == 30
     reply = await budget.stub.GetScopeBudget(
         pb.GetScopeBudgetRequest(
             scope=pb.SCOPE_PROJECT, scope_id="p", kind=pb.SCOPE_BUDGET_KIND_POOLED
         )
     )
     tokens = next(d for d in reply.balance.dimensions if d.dimension == pb.DIMENSION_TOKENS)
-    assert (tokens.limit, tokens.consumed, tokens.held, tokens.remaining) == (100, 70, 0, 30)
+    assert (tokens.limit, tokens.consumed, tokens.held, tokens.remaining) == (100, 70, 30, 0)
     assert reply.budget.version == 1
+
+
+async def test_pool_events_go_to_the_pool_once_per_window_never_into_run_logs(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT,
+        "p",
+        kind=pb.SCOPE_BUDGET_KIND_POOLED,
+        window=pb.WINDOW_DAY,
+        max_tokens=100,
+    )
+    await budget.open_run("a", project_id="p")
+    await budget.open_run("b", project_id="p")
+    await budget.consume("a", tokens=85)  # crosses the pool's 80 %
+    await budget.consume("b", tokens=20)  # exhausts it (105 of 100: usage is never refused)
+    await budget.consume("a", tokens=1)  # nothing new: once per pool, window and dimension
+    refused = await rpc_error(budget.reserve("a", tokens=1))
+    assert (refused.reason, refused.metadata["scope"]) == ("BUDGET_EXHAUSTED", "project")
+    rows = await db.fetch(
+        "SELECT scope, scope_id, seq, type, payload_json FROM budget.pool_events ORDER BY seq"
+    )
+    assert [(r["scope"], r["scope_id"], r["seq"], r["type"]) for r in rows] == [
+        ("project", "p", 1, "budget.threshold.crossed"),
+        ("project", "p", 2, "budget.exhausted"),
+    ]
+    assert json.loads(rows[1]["payload_json"]) == {
+        "dimension": "tokens",
+        "consumed": 105,
+        "limit": 100,
+    }
+    for run_id in ("a", "b"):  # the runs have no limit of their own: no events of the pool's
+        assert [t for t, _ in await budget.trace(run_id)] == ["budget.reserved"]
+        assert (await budget.get_run(run_id)).state == pb.RUN_STATE_ACTIVE
 
 
 async def test_a_new_window_is_a_new_balance_row(

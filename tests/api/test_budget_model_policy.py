@@ -22,7 +22,7 @@ async def test_a_denied_model_is_refused_before_any_hold_exists(
     refused = await rpc_error(budget.reserve("r", model="gpt-4-32k", tokens=10))
     assert refused.code == grpc.StatusCode.FAILED_PRECONDITION
     assert refused.reason == "BUDGET_MODEL_DENIED"
-    assert refused.metadata == {"model": "gpt-4-32k", "scope": "run"}
+    assert refused.metadata == {"model": "gpt-4-32k", "scope": "run", "scopeId": ""}
     assert await reservations(db, "r") == 0
     # Nothing was spent or held; the refusal is only an append-only ledger row.
     run = await budget.get_run("r")

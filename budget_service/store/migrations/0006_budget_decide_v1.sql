@@ -46,6 +46,32 @@
 -- migration drops decide_v1 only once no replica calls it. Dimension order everywhere:
 -- tokens, cost, toolCalls, retries.
 
+-- Pools refuse, runs live (DESIGN 3.2): a pool's own once-per-window flags and event log.
+-- Pool threshold and exhaustion events go to the tenant's stream, never into a run's log.
+ALTER TABLE budget.pool_balances
+    ADD COLUMN crossed text[] NOT NULL DEFAULT '{}',
+    ADD COLUMN exhausted text[] NOT NULL DEFAULT '{}',
+    ADD COLUMN next_seq bigint NOT NULL DEFAULT 1;
+
+-- Each pool window's ordered events (budget.threshold.crossed, budget.exhausted), written in
+-- the transaction of the Consume that caused them; the payloads are OpenWOP's.
+CREATE TABLE budget.pool_events (
+    tenant_id text NOT NULL,
+    scope text NOT NULL,
+    scope_id text NOT NULL,
+    window_start timestamptz NOT NULL,
+    seq bigint NOT NULL,
+    type text NOT NULL,
+    payload_json text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, scope, scope_id, window_start, seq)
+);
+ALTER TABLE budget.pool_events ENABLE ROW LEVEL SECURITY;
+ALTER TABLE budget.pool_events FORCE ROW LEVEL SECURITY;
+CREATE POLICY tenant_isolation ON budget.pool_events
+    USING (tenant_id = current_setting('ration.tenant_id', true))
+    WITH CHECK (tenant_id = current_setting('ration.tenant_id', true));
+
 -- The UTC start of the calendar window containing t (policy.window_start).
 CREATE FUNCTION budget.window_start_v1(kind text, t timestamptz) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -54,6 +80,16 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         WHEN 'week' THEN date_trunc('week', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
         WHEN 'month' THEN date_trunc('month', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
         ELSE timestamptz '1970-01-01 00:00:00+00' END
+$$;
+
+-- The end of the window starting at `start` (NULL: a window-less pool never renews).
+CREATE FUNCTION budget.window_end_v1(kind text, start timestamptz) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE kind
+        WHEN 'day' THEN start + interval '1 day'
+        WHEN 'week' THEN start + interval '7 days'
+        WHEN 'month' THEN (((start AT TIME ZONE 'UTC') + interval '1 month') AT TIME ZONE 'UTC')
+        END
 $$;
 
 -- The canonical rank of a scope: the run first, then the narrowest pool.
@@ -151,6 +187,13 @@ DECLARE
     p_window timestamptz[] := '{}'; p_lim bigint[] := '{}'; p_current boolean[] := '{}';
     p_used bigint[]; p_held bigint[]; p_other bigint[]; p_touched boolean[];
     p_found boolean[];
+    p_window_kind text[] := '{}'; p_threshold integer[] := '{}';
+    p_crossed integer[]; p_exhausted integer[]; p_next_seq bigint[]; p_events integer[];
+    npe integer := 0;
+    pe_slot integer[] := '{}'; pe_seq bigint[] := '{}'; pe_type text[] := '{}';
+    pe_payload text[] := '{}';
+    v_retry double precision;
+    b_slot integer;
     v_key text;
     -- holds of this batch: loaded (named or overdue) and new ones
     nh integer := 0;
@@ -181,6 +224,7 @@ DECLARE
     g bigint[]; overrun bigint[];
     v_settles boolean; v_hold_state text; v_first_breach integer;
     v_crossed text[]; v_exhausted text[]; v_breached text[];
+    v_pool_crossed text[]; v_pool_exhausted text[];
     v_events_before integer; v_status text; v_hold_doc json; v_pools_doc jsonb;
     v_pools_json text; v_message text; v_scope text; v_reply text; v_done boolean;
     v_ledger_pools jsonb;
@@ -346,6 +390,7 @@ BEGIN
         -- The current window of every pooled budget the runs draw on, in canonical order.
             FOR rec IN
                 SELECT s.scope, s.scope_id, s.window_kind,
+                       coalesce(s.threshold_percent, 80) AS threshold,
                        ARRAY[s.max_tokens, s.max_cost_nanos, s.max_tool_calls, s.max_retries]
                            AS lims,
                        array_agg(u.run_id) AS runs
@@ -356,7 +401,7 @@ BEGIN
                  AND s.kind = 'pooled'
                 WHERE u.tenant_id = p_tenant AND u.run_id = ANY(r_id)
                   AND cardinality(u.pool_scopes) > 0
-                GROUP BY s.scope, s.scope_id, s.window_kind, s.max_tokens, s.max_cost_nanos,
+                GROUP BY s.scope, s.scope_id, s.window_kind, s.threshold_percent, s.max_tokens, s.max_cost_nanos,
                          s.max_tool_calls, s.max_retries
                 ORDER BY budget.scope_rank_v1(s.scope), s.scope_id COLLATE "C"
             LOOP
@@ -368,6 +413,8 @@ BEGIN
                                    || budget.epoch_us(p_window[np]));
                 p_lim := p_lim || ARRAY[rec.lims];
                 p_current := p_current || true;
+                p_window_kind := p_window_kind || rec.window_kind;
+                p_threshold := p_threshold || rec.threshold::integer;
                 FOREACH v_key IN ARRAY rec.runs LOOP
                     k := array_position(r_id, v_key);
                     r_pools[k] := r_pools[k] || CASE WHEN r_pools[k] = '' THEN '' ELSE ',' END || np;
@@ -419,6 +466,8 @@ BEGIN
                                            || chr(31) || budget.epoch_us(rec.pool_windows[j]));
                         p_lim := p_lim || ARRAY[ARRAY[NULL, NULL, NULL, NULL]::bigint[]];
                         p_current := p_current || false;
+                        p_window_kind := p_window_kind || NULL::text;
+                        p_threshold := p_threshold || 80;
                     END IF;
                     v_key := v_key || CASE WHEN v_key = '' THEN '' ELSE ',' END || m;
                 END LOOP;
@@ -433,6 +482,10 @@ BEGIN
             p_other := array_fill(0::bigint, ARRAY[np, 4]);
             p_touched := array_fill(false, ARRAY[np]);
             p_found := array_fill(false, ARRAY[np]);
+            p_crossed := array_fill(0, ARRAY[np]);
+            p_exhausted := array_fill(0, ARRAY[np]);
+            p_next_seq := array_fill(1::bigint, ARRAY[np]);
+            p_events := array_fill(0, ARRAY[np]);
             IF NOT p_read_only THEN
                 INSERT INTO budget.pool_balances (tenant_id, scope, scope_id, window_start)
                 SELECT p_tenant, k.scope, k.scope_id, k.window_start
@@ -449,7 +502,9 @@ BEGIN
                            ARRAY[x.consumed_tokens, x.consumed_cost_nanos,
                                  x.consumed_tool_calls, x.consumed_retries] AS used,
                            ARRAY[x.held_tokens, x.held_cost_nanos, x.held_tool_calls,
-                                 x.held_retries] AS held
+                                 x.held_retries] AS held,
+                           budget.flag_mask_v1(x.crossed) AS crossed,
+                           budget.flag_mask_v1(x.exhausted) AS exhausted, x.next_seq
                     FROM budget.pool_balances x
                     WHERE x.tenant_id = p_tenant
                       AND (x.scope, x.scope_id, x.window_start) IN (
@@ -461,6 +516,9 @@ BEGIN
                     m := array_position(p_key, rec.scope || chr(31) || rec.scope_id || chr(31)
                                                || budget.epoch_us(rec.window_start));
                     p_found[m] := true;
+                    p_crossed[m] := rec.crossed;
+                    p_exhausted[m] := rec.exhausted;
+                    p_next_seq[m] := rec.next_seq;
                     FOR d IN 1..4 LOOP
                         p_used[m][d] := rec.used[d];
                         p_held[m][d] := rec.held[d];
@@ -472,7 +530,9 @@ BEGIN
                            ARRAY[x.consumed_tokens, x.consumed_cost_nanos,
                                  x.consumed_tool_calls, x.consumed_retries] AS used,
                            ARRAY[x.held_tokens, x.held_cost_nanos, x.held_tool_calls,
-                                 x.held_retries] AS held
+                                 x.held_retries] AS held,
+                           budget.flag_mask_v1(x.crossed) AS crossed,
+                           budget.flag_mask_v1(x.exhausted) AS exhausted, x.next_seq
                     FROM budget.pool_balances x
                     WHERE x.tenant_id = p_tenant
                       AND (x.scope, x.scope_id, x.window_start) IN (
@@ -481,6 +541,9 @@ BEGIN
                     m := array_position(p_key, rec.scope || chr(31) || rec.scope_id || chr(31)
                                                || budget.epoch_us(rec.window_start));
                     p_found[m] := true;
+                    p_crossed[m] := rec.crossed;
+                    p_exhausted[m] := rec.exhausted;
+                    p_next_seq[m] := rec.next_seq;
                     FOR d IN 1..4 LOOP
                         p_used[m][d] := rec.used[d];
                         p_held[m][d] := rec.held[d];
@@ -609,7 +672,10 @@ BEGIN
             THEN
                 v_reason := 'BUDGET_MODEL_DENIED';
                 v_facts := jsonb_build_object('reason', v_reason, 'model', p_models[i],
-                                              'scope', v_denied);
+                    'scope', v_denied,
+                    'scope_id', CASE v_denied WHEN 'workflow' THEN r_workflow[k]
+                                              WHEN 'agent' THEN r_agent[k]
+                                              WHEN 'project' THEN r_project[k] ELSE '' END);
             END IF;
             bd := NULL;
             cd := NULL;
@@ -639,6 +705,7 @@ BEGIN
                         IF used::numeric + need > lim THEN
                             IF bd IS NULL THEN
                                 bd := d; b_lim := lim; b_used := used; b_obs := used + a;
+                                b_slot := m;
                                 b_scope := CASE WHEN b = 0 THEN 'run' ELSE p_scope[m] END;
                                 b_scope_id := CASE WHEN b = 0 THEN '' ELSE p_scope_id[m] END;
                             END IF;
@@ -681,8 +748,23 @@ BEGIN
                     'reason', CASE WHEN v_reason <> '' THEN v_reason ELSE v_adv_reason END);
                 v_done := true;
             ELSE
-                IF v_reason IS NULL AND bd IS NOT NULL THEN
-                    -- A breach: exhausted (once), cap.breached, and the run stops (hard).
+                IF v_reason IS NULL AND bd IS NOT NULL AND v_adv THEN
+                    -- Advisory: events only, as consumption reaches them (RFC 0084 section E);
+                    -- the would-be refusal is reported on the grant below.
+                    NULL;
+                ELSIF v_reason IS NULL AND bd IS NOT NULL AND b_scope <> 'run' THEN
+                    -- A pool that cannot fit refuses; the run lives (its own budget is not
+                    -- breached), and may retry when the pool's window renews.
+                    v_reason := 'BUDGET_EXHAUSTED';
+                    v_retry := extract(epoch FROM budget.window_end_v1(
+                        p_window_kind[b_slot], p_window[b_slot]) - v_now);
+                    v_facts := jsonb_build_object(
+                        'reason', v_reason, 'state', r_state[k], 'scope', b_scope,
+                        'scope_id', b_scope_id, 'dimension', names[bd], 'limit', b_lim,
+                        'consumed', b_used, 'observed', b_obs, 'breach_scope', b_scope,
+                        'breach_scope_id', b_scope_id, 'retry_after_seconds', v_retry);
+                ELSIF v_reason IS NULL AND bd IS NOT NULL THEN
+                    -- The run's own budget: exhausted (once), cap.breached, and the run stops.
                     IF (r_exhausted[k] >> (bd - 1)) & 1 = 0 THEN
                         ne := ne + 1;
                         e_run := e_run || r_id[k]; e_type := e_type || 'budget.exhausted'::text;
@@ -692,19 +774,17 @@ BEGIN
                             '{"dimension":"%s","consumed":%s,"limit":%s}', names[bd],
                             budget.amount_text(bd, b_used), budget.amount_text(bd, b_lim));
                     END IF;
-                    IF NOT v_adv OR (r_breached[k] >> (bd - 1)) & 1 = 0 THEN
-                        ne := ne + 1;
-                        e_run := e_run || r_id[k]; e_type := e_type || 'cap.breached'::text;
-                        e_seq := e_seq || (r_next_seq[k] + r_events[k]);
-                        r_events[k] := r_events[k] + 1;
-                        e_payload := e_payload || format(
-                            '{"kind":"%s","limit":%s,"observed":%s}', breach_kinds[bd],
-                            budget.amount_text(bd, b_lim), budget.amount_text(bd, b_obs));
-                    END IF;
+                    ne := ne + 1;
+                    e_run := e_run || r_id[k]; e_type := e_type || 'cap.breached'::text;
+                    e_seq := e_seq || (r_next_seq[k] + r_events[k]);
+                    r_events[k] := r_events[k] + 1;
+                    e_payload := e_payload || format(
+                        '{"kind":"%s","limit":%s,"observed":%s}', breach_kinds[bd],
+                        budget.amount_text(bd, b_lim), budget.amount_text(bd, b_obs));
                     r_exhausted[k] := r_exhausted[k] | (1 << (bd - 1));
                     r_breached[k] := r_breached[k] | (1 << (bd - 1));
                     r_touched[k] := true;
-                    IF NOT v_adv THEN
+                    IF true THEN
                         r_stop_dim[k] := names[bd]; r_stop_lim[k] := b_lim;
                         r_stop_used[k] := b_used; r_stop_obs[k] := b_obs;
                         r_stop_scope[k] := b_scope; r_stop_scope_id[k] := b_scope_id;
@@ -727,14 +807,15 @@ BEGIN
                         END IF;
                         v_facts := jsonb_build_object(
                             'reason', v_reason, 'state', r_state[k], 'scope', b_scope,
-                            'dimension', names[bd], 'limit', b_lim, 'consumed', b_used,
-                            'observed', b_obs, 'breach_scope', b_scope,
+                            'scope_id', b_scope_id, 'dimension', names[bd], 'limit', b_lim,
+                            'consumed', b_used, 'observed', b_obs, 'breach_scope', b_scope,
                             'breach_scope_id', b_scope_id);
                     END IF;
                 ELSIF v_reason IS NULL AND cd IS NOT NULL AND NOT v_adv THEN
                     v_reason := 'BUDGET_HELD';
                     v_facts := jsonb_build_object(
-                        'reason', v_reason, 'scope', c_scope, 'dimension', names[cd],
+                        'reason', v_reason, 'scope', c_scope, 'scope_id', c_scope_id,
+                        'dimension', names[cd],
                         'limit', c_lim, 'consumed', c_used, 'held', c_held,
                         'requested', c_req);
                 END IF;
@@ -937,6 +1018,7 @@ BEGIN
                 END IF;
                 v_first_breach := NULL;
                 v_crossed := '{}'; v_exhausted := '{}'; v_breached := '{}';
+                v_pool_crossed := '{}'; v_pool_exhausted := '{}';
                 FOR d IN 1..4 LOOP
                     r_used[k][d] := r_used[k][d] + amt[i][d];
                     r_held[k][d] := r_held[k][d] - g[d];
@@ -981,7 +1063,7 @@ BEGIN
                     END IF;
                     -- Exactly spent is exhausted, not breached; a stopped run breaches once.
                     IF used > lim AND r_state[k] = 'active' THEN
-                        IF NOT v_adv OR (r_breached[k] >> (d - 1)) & 1 = 0 THEN
+                        IF NOT v_adv THEN  -- advisory: no cap.breached (RFC 0084 section E)
                             r_breached[k] := r_breached[k] | (1 << (d - 1));
                             v_breached := v_breached || names[d];
                             ne := ne + 1;
@@ -1033,6 +1115,36 @@ BEGIN
                         END IF;
                         p_used[m][d] := p_used[m][d] + amt[i][d];
                         p_held[m][d] := p_held[m][d] - g[d];
+                        -- The pool's own events, once per pool, window and dimension.
+                        CONTINUE WHEN amt[i][d] = 0 OR p_lim[m][d] IS NULL;
+                        lim := p_lim[m][d];
+                        used := p_used[m][d];
+                        IF (p_crossed[m] >> (d - 1)) & 1 = 0 AND used > 0
+                           AND used::numeric * 100 >= lim::numeric * p_threshold[m] THEN
+                            p_crossed[m] := p_crossed[m] | (1 << (d - 1));
+                            v_pool_crossed := v_pool_crossed || names[d];
+                            npe := npe + 1;
+                            pe_slot := pe_slot || m;
+                            pe_seq := pe_seq || (p_next_seq[m] + p_events[m]);
+                            p_events[m] := p_events[m] + 1;
+                            pe_type := pe_type || 'budget.threshold.crossed'::text;
+                            pe_payload := pe_payload || format(
+                                '{"dimension":"%s","consumed":%s,"limit":%s,"percent":%s}',
+                                names[d], budget.amount_text(d, used),
+                                budget.amount_text(d, lim), p_threshold[m]);
+                        END IF;
+                        IF (p_exhausted[m] >> (d - 1)) & 1 = 0 AND used >= lim THEN
+                            p_exhausted[m] := p_exhausted[m] | (1 << (d - 1));
+                            v_pool_exhausted := v_pool_exhausted || names[d];
+                            npe := npe + 1;
+                            pe_slot := pe_slot || m;
+                            pe_seq := pe_seq || (p_next_seq[m] + p_events[m]);
+                            p_events[m] := p_events[m] + 1;
+                            pe_type := pe_type || 'budget.exhausted'::text;
+                            pe_payload := pe_payload || format(
+                                '{"dimension":"%s","consumed":%s,"limit":%s}', names[d],
+                                budget.amount_text(d, used), budget.amount_text(d, lim));
+                        END IF;
                     END LOOP;
                 END LOOP;
                 IF v_settles THEN
@@ -1055,7 +1167,9 @@ BEGIN
                     'outcome', 'recorded', 'project', r_project[k],
                     'ended', CASE WHEN v_settles THEN 'consumed' END,
                     'crossed', to_jsonb(v_crossed), 'exhausted', to_jsonb(v_exhausted),
-                    'breached', to_jsonb(v_breached), 'overrun', to_jsonb(overrun));
+                    'breached', to_jsonb(v_breached), 'overrun', to_jsonb(overrun),
+                    'pool_crossed', to_jsonb(v_pool_crossed),
+                    'pool_exhausted', to_jsonb(v_pool_exhausted));
                 v_done := true;
             END IF;
         ELSE
@@ -1168,14 +1282,25 @@ BEGIN
         w_u1 := p_used[m][1]; w_u2 := p_used[m][2]; w_u3 := p_used[m][3];
         w_u4 := p_used[m][4]; w_h1 := p_held[m][1]; w_h2 := p_held[m][2];
         w_h3 := p_held[m][3]; w_h4 := p_held[m][4];
+        w_crossed := budget.flag_names_v1(p_crossed[m]);
+        w_exhausted := budget.flag_names_v1(p_exhausted[m]);
+        w_events := p_events[m];
         UPDATE budget.pool_balances SET
             consumed_tokens = w_u1, consumed_cost_nanos = w_u2,
             consumed_tool_calls = w_u3, consumed_retries = w_u4,
             held_tokens = w_h1, held_cost_nanos = w_h2,
-            held_tool_calls = w_h3, held_retries = w_h4
+            held_tool_calls = w_h3, held_retries = w_h4,
+            crossed = w_crossed, exhausted = w_exhausted, next_seq = next_seq + w_events
         WHERE tenant_id = p_tenant AND scope = w_scope AND scope_id = w_scope_id
           AND window_start = w_window;
     END LOOP;
+    IF npe > 0 THEN
+        INSERT INTO budget.pool_events (
+            tenant_id, scope, scope_id, window_start, seq, type, payload_json, created_at)
+        SELECT p_tenant, p_scope[x.slot], p_scope_id[x.slot], p_window[x.slot], x.seq, x.type,
+               x.payload, v_now
+        FROM unnest(pe_slot, pe_seq, pe_type, pe_payload) AS x(slot, seq, type, payload);
+    END IF;
     IF v_ended > 0 THEN
         -- Holds that were open and ended here; guarded, so a hold never ends twice.
         UPDATE budget.holds o SET state = x.state, ended_at = v_now
