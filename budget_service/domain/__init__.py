@@ -18,6 +18,8 @@ arbitrates lives in store/migrations (0003); its Python reference model is in te
 - `run_state`: Budget state as plain data: run lifecycle, holds, balances, breaches and contention.
 - `spend`: Spend reports: the query (window, grouping, filter), its input rules and the rows it
   sums.
+- `tenant_events`: The tenant event stream's rules: positions in a tenant's event order, cursors,
+  the filter.
 
 Naming: a Reservation is the hold of DESIGN/RFC 0084; SQL table budget.holds, metrics
 ration_budget_holds_*; Python says reservation, like the proto.

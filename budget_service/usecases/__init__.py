@@ -7,9 +7,10 @@ lifecycle, scope budgets and event reads, spend reports, and the sweeper; settin
 - `reservations`: Budget use cases of the per-call protocol: Reserve, Consume, Release and Check.
 - `runs`: Budget use cases of run lifecycle, scope budgets and event reads: one transaction each.
 - `settings`: Budget service configuration: host enforcement mode, ceilings and hold lifetimes.
-- `stream_slots`: Concurrent WatchRunEvents streams per tenant, capped so one tenant cannot hold
-  them all.
+- `stream_slots`: Concurrent event streams per tenant, capped so one tenant cannot hold them all.
 - `sweeper`: Background upkeep on every replica: expire overdue holds, forget old requests, gauges.
+- `tenant_events`: Budget use cases of the tenant event stream: pages in the tenant's order,
+  followed live.
 - `transactions`: Transaction boundaries of the budget use cases: idempotent mutations, reads,
   metrics.
 """
