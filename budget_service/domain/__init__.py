@@ -3,6 +3,8 @@ accounting of reserve, consume, release and breach, refusals and input rules, as
 over dataclasses (standard library and servicekit.errors only). The one decision the database
 arbitrates lives in store/migrations (0003); its Python reference model is in tests/.
 
+- `alerts`: Webhook alerts of `ration notify`: which events, the body a receiver gets, its
+  signature.
 - `accounting`: Reservation accounting: reserve, consume, release/expiry, exhaustion, breach and
   resume rules.
 - `commands`: Use-case inputs and outputs of the budget service, in domain types (no protobuf).
