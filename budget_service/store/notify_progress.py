@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncpg
 
 from budget_service.domain.tenant_events import Position
+from budget_service.store import tenant_events
 
 # Lease times are the database's clock, so replicas with skewed clocks agree on them.
 _CLAIM_ROW = """
@@ -42,12 +43,15 @@ async def claim(
     webhook_id: str,
     holder: str,
     lease_seconds: float,
-    start: Position,
+    start: Position | None,
 ) -> Position | None:
     """The stored position when the lease is (now) the caller's; None while another process
-    holds it. A webhook seen for the first time starts at `start`."""
+    holds it. A webhook seen for the first time starts at `start`, or with None after every
+    event of the transactions begun by now."""
     row = await conn.fetchrow(_CLAIM_ROW, tenant, webhook_id, holder)
     if row is None:
+        if start is None:
+            start = Position.before(await tenant_events.next_tx(conn))
         status = await conn.execute(
             _FIRST,
             tenant,

@@ -23,9 +23,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from budget_service.adapters import webhooks
 from budget_service.domain.alerts import AlertEvent, RetryBackoff, Webhook, alert
-from budget_service.domain.tenant_events import PollBackoff, Position, TenantEventFilter
+from budget_service.domain.tenant_events import START, PollBackoff, Position, TenantEventFilter
 from budget_service.store import notify_progress as store
-from budget_service.store import tenant_events as stream_store
 from budget_service.usecases.notify_settings import NotifySettings
 from budget_service.usecases.tenant_events import TenantEvent, read_page
 from servicekit.db import Database
@@ -113,6 +112,11 @@ class Follower:
                 extra = self._log | {"reason": error.reason}
                 log.warning("notify cannot reach the database", extra=extra)
                 await asyncio.sleep(self._retry.delay(failures))
+            except Exception:  # anything else: logged, and this webhook tried again later
+                self._position = None
+                failures += 1
+                log.exception("webhook follower failed", extra=self._log)
+                await asyncio.sleep(self._retry.delay(failures))
 
     async def release(self) -> None:
         """Stores the position and gives the lease up, so another process takes over now."""
@@ -128,10 +132,7 @@ class Follower:
 
     async def _claim(self) -> bool:
         webhook, settings = self.webhook, self._settings
-        if settings.start == "earliest":
-            start = Position(0, "", 0)
-        else:  # after every event of the transactions begun by now
-            start = Position.before(await self._db.read(stream_store.next_tx))
+        start = START if settings.start == "earliest" else None  # None: the latest
         self._position = await self._db.transaction(
             lambda conn: store.claim(
                 conn, webhook.tenant, webhook.id, self._holder, settings.lease_seconds, start
