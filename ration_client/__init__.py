@@ -61,6 +61,7 @@ from ration_client.views import (
     SpendGroupBy,
     SpendPage,
     SpendRow,
+    TenantEvent,
     Window,
     usd,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "SpendRow",
     "StoreBusy",
     "TenantBusy",
+    "TenantEvent",
     "TooManyStreams",
     "Unauthenticated",
     "Unavailable",

@@ -6,7 +6,7 @@ unbounded limits, enum members), never protobuf messages."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ from ration_client.views import (
     ReserveResult,
     Run,
     RunEvent,
+    RunEventType,
     RunOutcome,
     Scope,
     ScopeBudget,
@@ -39,6 +40,7 @@ from ration_client.views import (
     SpendGroupBy,
     SpendPage,
     SpendRow,
+    TenantEvent,
     Window,
     usd,
 )
@@ -280,6 +282,45 @@ class BudgetClient(Client):
                     reconnects = 0
                     last = reply.event.seq
                     yield convert.run_event(reply.event)
+                return
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.UNAVAILABLE or reconnects >= max_reconnects:
+                    raise decode(error) from None
+                reconnects += 1
+                await asyncio.sleep(min(0.05 * 2**reconnects, 2.0))
+            finally:
+                stream.cancel()
+
+    async def watch_tenant(
+        self,
+        after_cursor: str = "",
+        *,
+        event_types: Sequence[RunEventType] = (),
+        run_ids: Sequence[str] = (),
+        project_ids: Sequence[str] = (),
+        start_at_latest: bool = False,
+        max_reconnects: int = 20,
+    ) -> AsyncGenerator[TenantEvent, None]:
+        """Follows WatchTenantEvents (a reader token): every event of the tenant's runs that
+        matches the filter, in the tenant's order, and checkpoints (`event` None). When the
+        stream drops it resumes after the last cursor seen, so nothing is missed or repeated;
+        store `cursor` to resume later, in this process or another."""
+        wanted = budget_pb2.TenantEventFilter(
+            event_types=[convert.EVENT_TYPES.number(t) for t in event_types],
+            run_ids=list(run_ids),
+            project_ids=list(project_ids),
+        )
+        cursor, reconnects = after_cursor, 0
+        while True:
+            request = budget_pb2.WatchTenantEventsRequest(
+                after_cursor=cursor, filter=wanted, start_at_latest=start_at_latest and not cursor
+            )
+            stream = self._stub.WatchTenantEvents(request, metadata=self._rpc.metadata)
+            try:
+                async for reply in stream:
+                    reconnects = 0
+                    cursor = reply.cursor
+                    yield convert.tenant_event(reply)
                 return
             except grpc.aio.AioRpcError as error:
                 if error.code() != grpc.StatusCode.UNAVAILABLE or reconnects >= max_reconnects:

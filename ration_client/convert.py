@@ -238,6 +238,18 @@ def run_event(message: pb.RunEvent) -> v.RunEvent:
     )
 
 
+def tenant_event(message: pb.WatchTenantEventsResponse) -> v.TenantEvent:
+    if not message.HasField("event"):
+        return v.TenantEvent(cursor=message.cursor, event=None)
+    return v.TenantEvent(
+        cursor=message.cursor,
+        event=run_event(message.event),
+        project_id=message.project_id,
+        workflow_id=message.workflow_id,
+        agent_id=message.agent_id,
+    )
+
+
 def policy(message: pb.BudgetPolicy) -> v.Policy:
     allow = message.model_allow.patterns if message.HasField("model_allow") else None
     return v.Policy(

@@ -268,6 +268,19 @@ class RunEvent:
 
 
 @dataclass(frozen=True)
+class TenantEvent:
+    """One message of a tenant's event stream: an event of one of its runs with the run's
+    owners, or a checkpoint (`event` None: the stream read past events the filter did not
+    match). Pass `cursor` back as `after_cursor` to resume right after it."""
+
+    cursor: str
+    event: RunEvent | None
+    project_id: str = ""
+    workflow_id: str = ""
+    agent_id: str = ""
+
+
+@dataclass(frozen=True)
 class Policy:
     """A budget policy as stored (scope budgets); None limits are unbounded, a None allow list
     means no allow list (an empty one allows nothing)."""

@@ -1,4 +1,5 @@
-"""The `ration` command: `up`, `budget serve`, `memory serve`, `migrate`, `demo`, `report`."""
+"""The `ration` command: `up`, `budget serve`, `memory serve`, `migrate`, `demo`, `report`,
+`notify`."""
 
 from __future__ import annotations
 
@@ -175,6 +176,19 @@ async def _report(args: argparse.Namespace, stop: Stop) -> int:
     return 0
 
 
+async def _notify(env: Env, stop: Stop) -> int:
+    """Follows the configured tenants' events and POSTs alerts until stopped (exit 0)."""
+    from ration_server.notify import run_notify
+
+    async with stop.watching():
+        try:
+            return await run_notify(env, stop)
+        except Interrupted:
+            pass
+    say("stopped")
+    return 0
+
+
 async def _supervise(service: str, workers: int, env: Env, stop: Stop) -> int:
     from servicekit.workers import check_ports, supervise
 
@@ -207,6 +221,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     report = commands.add_parser("report", help="spend of a time window (ReportSpend), as a table")
     add_arguments(report)
+    commands.add_parser(
+        "notify", help="POST budget alerts of the tenants' event streams to webhooks"
+    )
     args = parser.parse_args(argv)
 
     env = Env()
@@ -223,6 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             logs.configure("WARNING", logs.log_format(env))  # the table is the output
             return asyncio.run(_report(args, stop))
+        if args.command == "notify":
+            return asyncio.run(_notify(env, stop))
         workers = env.integer("RATION_WORKERS", 1, minimum=1)
         if workers > 1:
             return asyncio.run(_supervise(args.command, workers, env, stop))

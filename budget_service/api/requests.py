@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from budget_service.domain import commands as cmd
+from budget_service.domain import events as ev
 from budget_service.domain import input_rules as v
 from budget_service.domain.policy import (
     BudgetPolicy,
@@ -29,6 +30,13 @@ from budget_service.domain.spend import (
     validate_filter,
     validate_window,
 )
+from budget_service.domain.tenant_events import (
+    MAX_FILTER_TYPES,
+    Position,
+    TenantEventFilter,
+    parse_cursor,
+)
+from budget_service.domain.tenant_events import validate_filter as validate_tenant_filter
 from ration.budget.v1 import budget_pb2 as pb
 from servicekit.errors import FieldViolation, validation_error
 from servicekit.timestamps import timestamp_violation, to_datetime
@@ -81,6 +89,14 @@ SPEND_GROUPS = {
     pb.SPEND_GROUP_BY_MODEL: SpendGroupBy.MODEL,
     pb.SPEND_GROUP_BY_DAY: SpendGroupBy.DAY,
     pb.SPEND_GROUP_BY_HOUR: SpendGroupBy.HOUR,
+}
+EVENT_TYPE_NAMES = {
+    pb.RUN_EVENT_TYPE_BUDGET_RESERVED: ev.BudgetReserved.event_type,
+    pb.RUN_EVENT_TYPE_BUDGET_CONSUMED: ev.BudgetConsumed.event_type,
+    pb.RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED: ev.ThresholdCrossed.event_type,
+    pb.RUN_EVENT_TYPE_BUDGET_EXHAUSTED: ev.BudgetExhausted.event_type,
+    pb.RUN_EVENT_TYPE_CAP_BREACHED: ev.CapBreached.event_type,
+    pb.RUN_EVENT_TYPE_RUN_FAILED: ev.RunFailed.event_type,
 }
 DEFAULT_PAGE_SIZE = 100
 
@@ -264,6 +280,36 @@ def watch(request: pb.WatchRunEventsRequest) -> tuple[str, int]:
     found += v.validate_page(request.after_seq, 0)
     found.check()
     return request.run_id, request.after_seq
+
+
+def watch_tenant(
+    request: pb.WatchTenantEventsRequest,
+) -> tuple[Position | None, TenantEventFilter]:
+    """Where the stream starts (None: after the latest event) and what it sends."""
+    found = _Violations()
+    after = parse_cursor(request.after_cursor)
+    if not isinstance(after, Position):
+        found.append(after)
+    elif request.start_at_latest and request.after_cursor:
+        found.append(FieldViolation("start_at_latest", "cannot be set with an after_cursor"))
+    message = request.filter
+    numbers = list(message.event_types)
+    if len(numbers) > MAX_FILTER_TYPES:
+        found.append(
+            FieldViolation("filter.event_types", f"must have at most {MAX_FILTER_TYPES} entries")
+        )
+        numbers = []
+    types = []
+    for i, number in enumerate(numbers):
+        if number in EVENT_TYPE_NAMES:
+            types.append(EVENT_TYPE_NAMES[number])
+        else:
+            found.append(FieldViolation(f"filter.event_types[{i}]", "is not an event type"))
+    wanted = TenantEventFilter(tuple(types), tuple(message.run_ids), tuple(message.project_ids))
+    found += validate_tenant_filter(wanted)
+    found.check()
+    assert isinstance(after, Position)  # else found.check() raised
+    return (None if request.start_at_latest else after), wanted
 
 
 def scope_budget(request: pb.PutScopeBudgetRequest) -> tuple[cmd.Mutation, ScopeBudget]:

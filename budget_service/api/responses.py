@@ -35,6 +35,7 @@ from budget_service.domain.records import (
 from budget_service.domain.run_state import ReservationState, RunState
 from budget_service.domain.spend import SpendPage, SpendQuery
 from budget_service.store.reads import StoredEvent
+from budget_service.usecases.tenant_events import Checkpoint, TenantItem
 from ration.budget.v1 import budget_pb2 as pb
 from servicekit.timestamps import timestamp
 
@@ -258,6 +259,21 @@ def run_event(run: RunRecord, stored: StoredEvent) -> pb.RunEvent:
     )
     _typed(ev.decode(stored.type, stored.payload_json, run.budget), message)
     return message
+
+
+def tenant_item(item: TenantItem) -> pb.WatchTenantEventsResponse:
+    """An event with its run's owners, or a checkpoint (a cursor alone)."""
+    cursor = item.position.cursor()
+    if isinstance(item, Checkpoint):
+        return pb.WatchTenantEventsResponse(cursor=cursor)
+    run = item.run
+    return pb.WatchTenantEventsResponse(
+        event=run_event(run, item.event),
+        cursor=cursor,
+        project_id=run.project_id,
+        workflow_id=run.workflow_id,
+        agent_id=run.agent_id,
+    )
 
 
 def _policy(policy: BudgetPolicy) -> pb.BudgetPolicy:

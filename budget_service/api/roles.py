@@ -22,6 +22,7 @@ _ROLES: dict[str, str | None] = {
     "Check": "reader",
     "ListRunEvents": "reader",
     "WatchRunEvents": "reader",
+    "WatchTenantEvents": "reader",
     "PutScopeBudget": "admin",
     "GetScopeBudget": "admin",
     "DeleteScopeBudget": "admin",

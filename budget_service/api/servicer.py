@@ -14,6 +14,7 @@ from budget_service.api.capabilities import BudgetCapabilities
 from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
+from budget_service.usecases.tenant_events import TenantStreams
 from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
 from servicekit.auth import current_identity
@@ -27,12 +28,14 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         reservations: Reservations,
         max_ttl_seconds: int,
         reports: SpendReports,
+        tenant_streams: TenantStreams,
     ) -> None:
         self._capabilities = capabilities
         self._service = service
         self._reservations = reservations
         self._max_ttl_seconds = max_ttl_seconds
         self._reports = reports
+        self._tenant_streams = tenant_streams
 
     async def OpenRun(
         self, request: pb.OpenRunRequest, context: grpc.aio.ServicerContext
@@ -113,6 +116,17 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         async with contextlib.aclosing(self._service.watch(tenant, run_id, after_seq)) as events:
             async for run, event in events:
                 yield pb.WatchRunEventsResponse(event=out.run_event(run, event))
+
+    async def WatchTenantEvents(
+        self, request: pb.WatchTenantEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchTenantEventsResponse]:
+        tenant = current_identity().tenant
+        after, wanted = convert.watch_tenant(request)
+        # Closed at once when the stream ends or is cancelled: that frees its stream slot.
+        items = self._tenant_streams.watch(tenant, after, wanted)
+        async with contextlib.aclosing(items) as stream:
+            async for item in stream:
+                yield out.tenant_item(item)
 
     async def PutScopeBudget(
         self, request: pb.PutScopeBudgetRequest, context: grpc.aio.ServicerContext

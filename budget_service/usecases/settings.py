@@ -39,6 +39,10 @@ class BudgetSettings:
     metric_labels: MetricLabels
     # Concurrent WatchRunEvents streams one tenant may hold open on one server process.
     max_streams_per_tenant: int = 100
+    # Concurrent WatchTenantEvents streams one tenant may hold open on one server process, and
+    # the longest wait of an idle one between two reads of the events table.
+    max_tenant_streams_per_tenant: int = 10
+    tenant_stream_poll_seconds: float = 0.5
     # Group commit of Reserve/Consume/Release (and of Checks): requests per statement, and
     # statements of one tenant at the database at once from one process.
     batch: BatchSettings = field(default_factory=BatchSettings)
@@ -72,6 +76,13 @@ class BudgetSettings:
             max_streams_per_tenant=env.integer(
                 "RATION_BUDGET_MAX_STREAMS_PER_TENANT", 100, minimum=1
             ),
+            max_tenant_streams_per_tenant=env.integer(
+                "RATION_BUDGET_MAX_TENANT_STREAMS_PER_TENANT", 10, minimum=1
+            ),
+            tenant_stream_poll_seconds=env.integer(
+                "RATION_BUDGET_TENANT_STREAM_POLL_MS", 500, minimum=10
+            )
+            / 1000,
             batch=BatchSettings(
                 max_items=env.integer("RATION_BUDGET_BATCH_MAX", 64, minimum=1),
                 inflight=env.integer("RATION_BUDGET_BATCH_INFLIGHT", 2, minimum=1),

@@ -350,6 +350,16 @@ class SpendRow(_message.Message):
     consume_count: int
     def __init__(self, key: _Optional[str] = ..., bucket_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cost_nanos: _Optional[int] = ..., tokens: _Optional[int] = ..., tool_calls: _Optional[int] = ..., retries: _Optional[int] = ..., consume_count: _Optional[int] = ...) -> None: ...
 
+class TenantEventFilter(_message.Message):
+    __slots__ = ("event_types", "run_ids", "project_ids")
+    EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_IDS_FIELD_NUMBER: _ClassVar[int]
+    event_types: _containers.RepeatedScalarFieldContainer[RunEventType]
+    run_ids: _containers.RepeatedScalarFieldContainer[str]
+    project_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, event_types: _Optional[_Iterable[_Union[RunEventType, str]]] = ..., run_ids: _Optional[_Iterable[str]] = ..., project_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class BudgetReservedPayload(_message.Message):
     __slots__ = ("effective_budget", "scope", "binding_scope")
     EFFECTIVE_BUDGET_FIELD_NUMBER: _ClassVar[int]

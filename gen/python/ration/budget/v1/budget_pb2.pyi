@@ -14,6 +14,7 @@ from ration.budget.v1.budget_messages_pb2 import ScopeBudget as ScopeBudget
 from ration.budget.v1.budget_messages_pb2 import PoolBalance as PoolBalance
 from ration.budget.v1.budget_messages_pb2 import SpendFilter as SpendFilter
 from ration.budget.v1.budget_messages_pb2 import SpendRow as SpendRow
+from ration.budget.v1.budget_messages_pb2 import TenantEventFilter as TenantEventFilter
 from ration.budget.v1.budget_messages_pb2 import BudgetReservedPayload as BudgetReservedPayload
 from ration.budget.v1.budget_messages_pb2 import BudgetConsumedPayload as BudgetConsumedPayload
 from ration.budget.v1.budget_messages_pb2 import BudgetThresholdCrossedPayload as BudgetThresholdCrossedPayload
@@ -53,6 +54,8 @@ from ration.budget.v1.budget_requests_pb2 import ListRunEventsRequest as ListRun
 from ration.budget.v1.budget_requests_pb2 import ListRunEventsResponse as ListRunEventsResponse
 from ration.budget.v1.budget_requests_pb2 import WatchRunEventsRequest as WatchRunEventsRequest
 from ration.budget.v1.budget_requests_pb2 import WatchRunEventsResponse as WatchRunEventsResponse
+from ration.budget.v1.budget_requests_pb2 import WatchTenantEventsRequest as WatchTenantEventsRequest
+from ration.budget.v1.budget_requests_pb2 import WatchTenantEventsResponse as WatchTenantEventsResponse
 from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetRequest as PutScopeBudgetRequest
 from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetResponse as PutScopeBudgetResponse
 from ration.budget.v1.budget_requests_pb2 import GetScopeBudgetRequest as GetScopeBudgetRequest

@@ -208,6 +208,30 @@ class WatchRunEventsResponse(_message.Message):
     event: _budget_messages_pb2.RunEvent
     def __init__(self, event: _Optional[_Union[_budget_messages_pb2.RunEvent, _Mapping]] = ...) -> None: ...
 
+class WatchTenantEventsRequest(_message.Message):
+    __slots__ = ("after_cursor", "filter", "start_at_latest")
+    AFTER_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    START_AT_LATEST_FIELD_NUMBER: _ClassVar[int]
+    after_cursor: str
+    filter: _budget_messages_pb2.TenantEventFilter
+    start_at_latest: bool
+    def __init__(self, after_cursor: _Optional[str] = ..., filter: _Optional[_Union[_budget_messages_pb2.TenantEventFilter, _Mapping]] = ..., start_at_latest: _Optional[bool] = ...) -> None: ...
+
+class WatchTenantEventsResponse(_message.Message):
+    __slots__ = ("event", "cursor", "project_id", "workflow_id", "agent_id")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    event: _budget_messages_pb2.RunEvent
+    cursor: str
+    project_id: str
+    workflow_id: str
+    agent_id: str
+    def __init__(self, event: _Optional[_Union[_budget_messages_pb2.RunEvent, _Mapping]] = ..., cursor: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+
 class PutScopeBudgetRequest(_message.Message):
     __slots__ = ("request_id", "budget")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

@@ -86,6 +86,11 @@ class BudgetServiceStub:
                 request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsRequest.SerializeToString,
                 response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsResponse.FromString,
                 _registered_method=True)
+        self.WatchTenantEvents = channel.unary_stream(
+                '/ration.budget.v1.BudgetService/WatchTenantEvents',
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsResponse.FromString,
+                _registered_method=True)
         self.PutScopeBudget = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/PutScopeBudget',
                 request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.PutScopeBudgetRequest.SerializeToString,
@@ -248,6 +253,30 @@ class BudgetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchTenantEvents(self, request, context):
+        """Streams every event of the caller's tenant (all its runs) after `after_cursor`, then follows
+        new ones live, each exactly once, in the tenant's event order: by (tx, run_id, seq), where
+        tx is the id of the database transaction that wrote the event. An event is sent only once
+        every transaction that obtained its id before the event's did has ended, so no event can
+        later appear before one already sent: resuming from any cursor (on this or another server
+        process) gives no gaps and no duplicates. The events one transaction wrote arrive together,
+        a run's in seq order. Across transactions tx order approximates commit order but is not it,
+        and rarely two events of one run from different transactions arrive out of seq order (a
+        transaction that obtained its id first but wrote the run later): order by seq per run where
+        that matters. A long-running writing transaction anywhere on the database delays delivery
+        until it ends. Live delivery polls the table: after the last read found nothing the stream
+        waits up to RATION_BUDGET_TENANT_STREAM_POLL_MS (default 500) before reading again, and at
+        once again after a read that returned events; it does not depend on a NOTIFY reaching this
+        server. The stream ends when the client cancels or the server shuts down. A tenant holds at
+        most RATION_BUDGET_MAX_TENANT_STREAMS_PER_TENANT (default 10) concurrent tenant streams per
+        server process; one more is RESOURCE_EXHAUSTED TOO_MANY_STREAMS (metadata limit;
+        RetryInfo). No side effects. Errors: VALIDATION_FAILED (fields after_cursor,
+        start_at_latest, filter.event_types, filter.run_ids, filter.project_ids). Role: reader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PutScopeBudget(self, request, context):
         """Creates or replaces the budget of a project, workflow or agent (version + 1). Per-run caps,
         model lists, pool membership and enforcement apply to runs opened afterwards (resolution
@@ -350,6 +379,11 @@ def add_BudgetServiceServicer_to_server(servicer, server):
                     servicer.WatchRunEvents,
                     request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsRequest.FromString,
                     response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsResponse.SerializeToString,
+            ),
+            'WatchTenantEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTenantEvents,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsResponse.SerializeToString,
             ),
             'PutScopeBudget': grpc.unary_unary_rpc_method_handler(
                     servicer.PutScopeBudget,
@@ -649,6 +683,33 @@ class BudgetService:
             '/ration.budget.v1.BudgetService/WatchRunEvents',
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsRequest.SerializeToString,
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTenantEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ration.budget.v1.BudgetService/WatchTenantEvents',
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,
