@@ -247,6 +247,13 @@ def tenant_event(message: pb.WatchTenantEventsResponse) -> v.TenantEvent:
         project_id=message.project_id,
         workflow_id=message.workflow_id,
         agent_id=message.agent_id,
+        pool_scope=SCOPES.member(message.pool_scope),
+        pool_scope_id=message.pool_scope_id,
+        pool_window_start=(
+            datetime_of(message.pool_window_start)
+            if message.HasField("pool_window_start")
+            else None
+        ),
     )
 
 

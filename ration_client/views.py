@@ -278,6 +278,11 @@ class TenantEvent:
     project_id: str = ""
     workflow_id: str = ""
     agent_id: str = ""
+    # A pooled budget's own event (threshold crossed, exhausted; once per pool, window and
+    # dimension): its scope, scope id and window start; event.run_id is then empty.
+    pool_scope: Scope | None = None
+    pool_scope_id: str = ""
+    pool_window_start: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -248,16 +248,18 @@ def _typed(event: ev.BudgetEvent, message: pb.RunEvent) -> None:
         message.run_failed.CopyFrom(pb.RunFailedPayload(code=event.code, message=event.message))
 
 
-def run_event(run: RunRecord, stored: StoredEvent) -> pb.RunEvent:
+def run_event(run: RunRecord | None, stored: StoredEvent) -> pb.RunEvent:
+    """A run's event (typed against its budget), or with no run a pool's own event."""
     message = pb.RunEvent(
-        run_id=run.run_id,
+        run_id=run.run_id if run is not None else "",
         seq=stored.seq,
         type=stored.type,
         event_type=EVENT_TYPES[stored.type],
         created_at=timestamp(stored.created_at),
         payload_json=stored.payload_json,
     )
-    _typed(ev.decode(stored.type, stored.payload_json, run.budget), message)
+    base = run.budget if run is not None else None
+    _typed(ev.decode(stored.type, stored.payload_json, base), message)
     return message
 
 
@@ -266,7 +268,18 @@ def tenant_item(item: TenantItem) -> pb.WatchTenantEventsResponse:
     cursor = item.position.cursor()
     if isinstance(item, Checkpoint):
         return pb.WatchTenantEventsResponse(cursor=cursor)
-    run = item.run
+    run, pool = item.run, item.pool
+    if pool is not None:
+        scope = pool.ref.scope
+        return pb.WatchTenantEventsResponse(
+            event=run_event(None, item.event),
+            cursor=cursor,
+            project_id=pool.ref.scope_id if scope is Scope.PROJECT else "",
+            pool_scope=SCOPE_NUMBERS[scope],
+            pool_scope_id=pool.ref.scope_id,
+            pool_window_start=timestamp(pool.window_start),
+        )
+    assert run is not None
     return pb.WatchTenantEventsResponse(
         event=run_event(run, item.event),
         cursor=cursor,

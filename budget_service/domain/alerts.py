@@ -64,6 +64,8 @@ class AlertEvent:
     project_id: str
     workflow_id: str
     agent_id: str
+    pool_key: str = ""  # a pool window's own event: its place in the stream, for identity
+    pool_scope: str = ""  # and its scope (the scope id is the matching owner id)
 
 
 @dataclass(frozen=True)
@@ -78,7 +80,7 @@ class Alert:
 def delivery_id(webhook: Webhook, event: AlertEvent) -> str:
     """Stable across retries, restarts and replicas: the event's identity (tenant, run_id,
     seq) for this webhook, so a receiver can drop the duplicates at-least-once may bring."""
-    name = json.dumps([event.tenant, webhook.id, event.run_id, event.seq])
+    name = json.dumps([event.tenant, webhook.id, event.pool_key or event.run_id, event.seq])
     return str(uuid.uuid5(_DELIVERY_NAMESPACE, name))
 
 
@@ -104,6 +106,8 @@ def json_body(event: AlertEvent, delivery: str) -> bytes:
         "agentId": event.agent_id,
         "createdAt": _instant(event.created_at),
     }
+    if event.pool_scope:
+        envelope["poolScope"] = event.pool_scope
     head = json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
     return (head[:-1] + ',"payload":' + event.payload_json + "}").encode()
 
@@ -137,6 +141,9 @@ def summary(event: AlertEvent) -> str:
     else:
         what = event.type
     where = f"run {event.run_id} (project {event.project_id}, tenant {event.tenant})"
+    if event.pool_scope:
+        scope_id = event.project_id or event.workflow_id or event.agent_id
+        where = f"{event.pool_scope} pool {scope_id} (tenant {event.tenant})"
     return f"[ration] {where}: {what}"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 
 from budget_service.domain import events as ev
@@ -64,11 +65,19 @@ def parse_cursor(token: str, path: str = "after_cursor") -> Position | FieldViol
         return bad
     if version != _CURSOR_VERSION or not 0 <= tx <= MAX_TX or not 0 <= seq < 2**63:
         return bad
-    if run_id and v.validate_run_id(run_id):
+    if run_id and v.validate_run_id(run_id) and not _is_pool_key(run_id):
         return bad
     if not tx_text.isdigit() or not seq_text.isdigit():  # int() also takes "+1", " 1", "1_0"
         return bad
     return Position(tx, run_id, seq)
+
+
+# A pool window's key in the order (store/tenant_events.py): "~scope/scope_id/window_us".
+_POOL_KEY = re.compile(r"^~(workflow|agent|project)/[^\x00-\x1f]{1,128}/-?[0-9]{1,20}$")
+
+
+def _is_pool_key(key: str) -> bool:
+    return _POOL_KEY.match(key) is not None
 
 
 @dataclass(frozen=True)

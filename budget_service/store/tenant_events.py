@@ -17,18 +17,25 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from budget_service.domain.records import RunRecord
+from budget_service.domain.records import PoolKey, RunRecord
 from budget_service.domain.tenant_events import Position, TenantEventFilter
 from budget_service.store import rows
 from budget_service.store.reads import StoredEvent
+
+# A pool window's place in the order: a key no run_id can be (run ids never hold "~"), so a
+# pool's events sort among the runs' by (tx, key, seq) and a cursor may point at one.
+_POOL_KEY = "('~' || p.scope || '/' || p.scope_id || '/' || budget.epoch_us(p.window_start)::text)"
 
 # $2..$4: the position read up to; $5 the most rows to scan; $6..$8 the filter (NULL: any).
 # One statement, so the horizon and the scan see one snapshot. The scan is bounded in rows
 # whatever the filter matches (the `events_by_tx` index walks the order); of the scanned rows
 # only the matching ones and the last (where the reader got to) come back.
-_SCAN = """
+_SCAN = f"""
 WITH scanned AS (
-    SELECT e.tx, e.run_id, e.seq, e.type, e.payload_json, e.created_at,
+    SELECT u.* FROM (
+    (SELECT e.tx, e.run_id, e.seq, e.type, e.payload_json, e.created_at,
+        NULL::text AS pool_scope, NULL::text AS pool_scope_id,
+        NULL::timestamptz AS pool_window,
         ($6::text[] IS NULL OR e.type = ANY($6::text[]))
         AND ($7::text[] IS NULL OR e.run_id = ANY($7::text[]))
         AND ($8::text[] IS NULL OR EXISTS (
@@ -40,6 +47,22 @@ WITH scanned AS (
       AND (e.tx, e.run_id COLLATE "C", e.seq) > ($2::text::xid8, $3::text, $4::bigint)
       AND e.tx < pg_snapshot_xmin(pg_current_snapshot())
     ORDER BY e.tx, e.run_id COLLATE "C", e.seq
+    LIMIT $5)
+    UNION ALL
+    (SELECT p.tx, {_POOL_KEY} AS run_id, p.seq, p.type, p.payload_json, p.created_at,
+        p.scope, p.scope_id, p.window_start,
+        ($6::text[] IS NULL OR p.type = ANY($6::text[]))
+        AND $7::text[] IS NULL
+        AND ($8::text[] IS NULL OR (p.scope = 'project' AND p.scope_id = ANY($8::text[])))
+            AS matches
+    FROM budget.pool_events p
+    WHERE p.tenant_id = $1
+      AND (p.tx, {_POOL_KEY} COLLATE "C", p.seq) > ($2::text::xid8, $3::text, $4::bigint)
+      AND p.tx < pg_snapshot_xmin(pg_current_snapshot())
+    ORDER BY p.tx, {_POOL_KEY} COLLATE "C", p.seq
+    LIMIT $5)
+    ) u
+    ORDER BY u.tx, u.run_id COLLATE "C", u.seq
     LIMIT $5
 ), numbered AS (
     SELECT s.*, row_number() OVER (
@@ -49,7 +72,7 @@ WITH scanned AS (
 )
 SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon, n.tx::text AS tx, n.run_id,
     n.seq, n.type, CASE WHEN n.matches THEN n.payload_json END AS payload_json, n.created_at,
-    n.matches, n.scanned
+    n.matches, n.scanned, n.pool_scope, n.pool_scope_id, n.pool_window
 FROM (SELECT 1) one
 LEFT JOIN numbered n ON n.matches OR n.last
 ORDER BY n.tx, n.run_id COLLATE "C", n.seq"""
@@ -64,6 +87,7 @@ _NEXT_TX = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text"
 class ScannedEvent:
     position: Position
     event: StoredEvent
+    pool: PoolKey | None = None  # a pool window's own event (no run)
 
     @property
     def run_id(self) -> str:
@@ -118,7 +142,10 @@ async def scan(
         skipped_tail = not row["matches"]
         if row["matches"]:
             stored = StoredEvent(row["seq"], row["type"], row["payload_json"], row["created_at"])
-            events.append(ScannedEvent(position, stored))
+            pool = None
+            if row["pool_scope"] is not None:
+                pool = rows.pool_key_of(row["pool_scope"], row["pool_scope_id"], row["pool_window"])
+            events.append(ScannedEvent(position, stored, pool))
     full = (found[0]["scanned"] or 0) >= limit
     if not full:  # everything below the horizon was looked at
         reached = max(reached, Position.before(int(found[0]["horizon"])))

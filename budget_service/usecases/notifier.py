@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from budget_service.adapters import webhooks
 from budget_service.domain.alerts import AlertEvent, RetryBackoff, Webhook, alert
+from budget_service.domain.policy import Scope
 from budget_service.domain.tenant_events import START, PollBackoff, Position, TenantEventFilter
 from budget_service.store import notify_progress as store
 from budget_service.usecases.notify_settings import NotifySettings
@@ -47,7 +48,23 @@ def holder_id() -> str:
 
 
 def alert_event(tenant: str, item: TenantEvent) -> AlertEvent:
-    run, stored = item.run, item.event
+    run, pool, stored = item.run, item.pool, item.event
+    if pool is not None:  # a pool's own event: its scope instead of a run
+        scope = pool.ref.scope
+        return AlertEvent(
+            tenant=tenant,
+            run_id="",
+            seq=stored.seq,
+            type=stored.type,
+            payload_json=stored.payload_json,
+            created_at=stored.created_at,
+            project_id=pool.ref.scope_id if scope is Scope.PROJECT else "",
+            workflow_id=pool.ref.scope_id if scope is Scope.WORKFLOW else "",
+            agent_id=pool.ref.scope_id if scope is Scope.AGENT else "",
+            pool_key=item.position.run_id,
+            pool_scope=scope.value,
+        )
+    assert run is not None
     return AlertEvent(
         tenant=tenant,
         run_id=run.run_id,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from budget_service.domain.records import RunRecord
+from budget_service.domain.records import PoolKey, RunRecord
 from budget_service.domain.tenant_events import PollBackoff, Position, TenantEventFilter
 from budget_service.store import tenant_events as store
 from budget_service.store.reads import StoredEvent
@@ -25,11 +25,13 @@ SCAN_LIMIT = 500
 
 @dataclass(frozen=True)
 class TenantEvent:
-    """One event of the tenant's stream, with its run (owners, and the base of its payload)."""
+    """One event of the tenant's stream, with its run (owners, and the base of its payload),
+    or a pool window's own event (threshold crossed, exhausted: `pool` set, `run` None)."""
 
     position: Position
-    run: RunRecord
+    run: RunRecord | None
     event: StoredEvent
+    pool: PoolKey | None = None
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,13 @@ async def read_page(
 
     async def work(conn: asyncpg.Connection) -> TenantPage:
         found = await store.scan(conn, tenant, after, wanted, limit)
-        runs = await store.runs_of(conn, tenant, [e.run_id for e in found.events])
+        run_ids = [e.run_id for e in found.events if e.pool is None]
+        runs = await store.runs_of(conn, tenant, run_ids)
         events = []
         for scanned in found.events:
+            if scanned.pool is not None:
+                events.append(TenantEvent(scanned.position, None, scanned.event, scanned.pool))
+                continue
             run = runs.get(scanned.run_id)
             if run is None:  # runs are never deleted; an event without one is a store bug
                 log.error("an event without its run was skipped", extra={"seq": scanned.seq})

@@ -64,8 +64,11 @@ CREATE TABLE budget.pool_events (
     type text NOT NULL,
     payload_json text NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
+    -- The writing transaction: the tenant stream's order (store/tenant_events.py).
+    tx xid8 NOT NULL DEFAULT pg_current_xact_id(),
     PRIMARY KEY (tenant_id, scope, scope_id, window_start, seq)
 );
+CREATE INDEX pool_events_by_tx ON budget.pool_events (tenant_id, tx);
 ALTER TABLE budget.pool_events ENABLE ROW LEVEL SECURITY;
 ALTER TABLE budget.pool_events FORCE ROW LEVEL SECURITY;
 CREATE POLICY tenant_isolation ON budget.pool_events

@@ -219,18 +219,24 @@ class WatchTenantEventsRequest(_message.Message):
     def __init__(self, after_cursor: _Optional[str] = ..., filter: _Optional[_Union[_budget_messages_pb2.TenantEventFilter, _Mapping]] = ..., start_at_latest: _Optional[bool] = ...) -> None: ...
 
 class WatchTenantEventsResponse(_message.Message):
-    __slots__ = ("event", "cursor", "project_id", "workflow_id", "agent_id")
+    __slots__ = ("event", "cursor", "project_id", "workflow_id", "agent_id", "pool_scope", "pool_scope_id", "pool_window_start")
     EVENT_FIELD_NUMBER: _ClassVar[int]
     CURSOR_FIELD_NUMBER: _ClassVar[int]
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    POOL_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    POOL_SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
+    POOL_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
     event: _budget_messages_pb2.RunEvent
     cursor: str
     project_id: str
     workflow_id: str
     agent_id: str
-    def __init__(self, event: _Optional[_Union[_budget_messages_pb2.RunEvent, _Mapping]] = ..., cursor: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ...) -> None: ...
+    pool_scope: _budget_messages_pb2.Scope
+    pool_scope_id: str
+    pool_window_start: _timestamp_pb2.Timestamp
+    def __init__(self, event: _Optional[_Union[_budget_messages_pb2.RunEvent, _Mapping]] = ..., cursor: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., pool_scope: _Optional[_Union[_budget_messages_pb2.Scope, str]] = ..., pool_scope_id: _Optional[str] = ..., pool_window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class PutScopeBudgetRequest(_message.Message):
     __slots__ = ("request_id", "budget")
