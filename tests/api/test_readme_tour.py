@@ -63,3 +63,17 @@ async def test_readme_worst_case_and_report_block_runs_as_it_says(
     assert lines[0] == "max_tokens that fits: 1366"
     assert lines[1] == "overrun: Amounts(tokens=0, cost_nanos=0, tool_calls=0, retries=0)"
     assert lines[2:] == ["gpt-4o-mini 0.000720000 USD 2100 tokens 1 calls"]
+
+
+async def test_readme_budget_semantics_block_runs_as_it_says(start_server: StartServer) -> None:
+    budget = await start_server("budget")
+    text = await run_block(readme_block("semantics"), budget=budget.port)
+    assert text.splitlines() == [
+        "overrun: 30",
+        "granted up to: 870",
+        "interrupted",
+        "resumed: active",
+        "pool: project fleet retry within a day: True",
+        "run: active",
+        "advisory: BUDGET_EXHAUSTED",
+    ]

@@ -175,15 +175,20 @@ class BudgetServiceServicer:
     def Reserve(self, request, context):
         """Holds an estimate before a model or tool call. First the run's state: BUDGET_EXHAUSTED
         (FAILED), RUN_INTERRUPTED, RUN_CLOSED (FAILED_PRECONDITION, metadata state). Then the model
-        policy: BUDGET_MODEL_DENIED (FAILED_PRECONDITION, metadata model and scope), before any hold
-        exists. Then per bounded dimension of the run and of every pool (current window):
-        consumed + estimate > limit is a breach (`budget.exhausted` once, `cap.breached`, then
-        `run.failed` and BUDGET_EXHAUSTED RESOURCE_EXHAUSTED with QuotaFailure; or under INTERRUPT
-        the run becomes INTERRUPTED and the answer is RUN_INTERRUPTED); consumed + held + estimate >
-        limit is contention: BUDGET_HELD RESOURCE_EXHAUSTED with RetryInfo, the run untouched.
+        policy: BUDGET_MODEL_DENIED (FAILED_PRECONDITION, metadata model, scope and scopeId), before
+        any hold exists. Then per bounded dimension of the run, then of every pool (current window):
+        consumed + estimate > limit is a breach. A breach of the run's own budget emits
+        `budget.exhausted` once and `cap.breached`, then `run.failed` and BUDGET_EXHAUSTED
+        RESOURCE_EXHAUSTED with QuotaFailure (or under INTERRUPT the run becomes INTERRUPTED and the
+        answer is RUN_INTERRUPTED). A pool that cannot fit the estimate refuses it with
+        BUDGET_EXHAUSTED naming the pool (metadata scope, scopeId, dimension, limit, observed) with
+        RetryInfo until the pool's next window (none for a window-less pool); the run stays ACTIVE
+        and no event is emitted. consumed + held + estimate > limit is contention: BUDGET_HELD
+        RESOURCE_EXHAUSTED with RetryInfo (metadata scope, scopeId), the run untouched.
         Holds past expires_at stop counting first (database clock). Advisory mode (host or any scope
-        of the run) never refuses on budget grounds: it grants the estimate, emits the events,
-        counts the would-be refusal and names it in advisory_refusal_reason.
+        of the run) never refuses on budget grounds: it grants the estimate, emits no event for the
+        would-be refusal (events come from consumption only, and advisory mode never emits
+        `cap.breached`), counts the would-be refusal and names it in advisory_refusal_reason.
         Side effects: expiry of the run's overdue holds, one hold, a ledger row per decision, the
         balance changes and any events, in one transaction; refusals write their ledger row (and a
         breach its events and stop) but store no response, so a retry is judged afresh.
@@ -201,7 +206,9 @@ class BudgetServiceServicer:
         overrun, counted in metrics); a hold that already expired or was released is not settled but
         the usage is still recorded (reservation_state says which). Emits `budget.consumed` per
         bounded dimension touched, then threshold, exhaustion and breach events as they occur (a
-        hard breach fails or interrupts the run). Errors: RUN_NOT_FOUND, RESERVATION_NOT_FOUND,
+        hard breach fails or interrupts the run; advisory mode emits no `cap.breached`). A pool's
+        own `budget.threshold.crossed` and `budget.exhausted` (once per pool, window and dimension)
+        go to the tenant stream (WatchTenantEvents), not into the run's log. Errors: RUN_NOT_FOUND, RESERVATION_NOT_FOUND,
         RESERVATION_SETTLED (FAILED_PRECONDITION, metadata state "consumed": the hold was already
         consumed by another request); VALIDATION_FAILED (field usage.<dimension>) when the usage
         would take the run's or a pool's consumed total past 2^63 - 1: such usage is absurd and is
