@@ -68,6 +68,8 @@ class Window(enum.StrEnum):
     DAY = "day"
     WEEK = "week"
     MONTH = "month"
+    MINUTE = "minute"
+    HOUR = "hour"
 
 
 class Enforcement(enum.StrEnum):

@@ -61,6 +61,8 @@ WINDOWS = {
     pb.WINDOW_DAY: Window.DAY,
     pb.WINDOW_WEEK: Window.WEEK,
     pb.WINDOW_MONTH: Window.MONTH,
+    pb.WINDOW_MINUTE: Window.MINUTE,
+    pb.WINDOW_HOUR: Window.HOUR,
 }
 ENFORCEMENTS = {
     pb.ENFORCEMENT_UNSPECIFIED: Enforcement.HARD,

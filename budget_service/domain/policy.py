@@ -96,6 +96,8 @@ class Window(enum.StrEnum):
     DAY = "day"
     WEEK = "week"
     MONTH = "month"
+    MINUTE = "minute"  # rate windows: tokens or cost per minute or per hour, as exact
+    HOUR = "hour"
 
 
 @dataclass(frozen=True)
@@ -275,7 +277,12 @@ def window_start(window: Window, now: datetime) -> datetime:
     window is simply a new balance row and nothing is ever reset."""
     if now.tzinfo is None:
         raise ValueError("window_start needs an aware datetime")
-    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    utc = now.astimezone(UTC)
+    if window is Window.MINUTE:
+        return utc.replace(second=0, microsecond=0)
+    if window is Window.HOUR:
+        return utc.replace(minute=0, second=0, microsecond=0)
+    midnight = utc.replace(hour=0, minute=0, second=0, microsecond=0)
     if window is Window.NONE:
         return WINDOW_EPOCH
     if window is Window.DAY:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from datetime import timedelta
@@ -267,3 +268,34 @@ async def test_tenants_are_isolated_and_roles_enforced(
         assert hidden.reason == "RUN_NOT_FOUND"
         anonymous = await rpc_error(Budget(channel).get_run("only-a"))
         assert anonymous.code == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_minute_pool_limits_tokens_per_minute_exactly(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT,
+        "rate",
+        kind=pb.SCOPE_BUDGET_KIND_POOLED,
+        window=pb.WINDOW_MINUTE,
+        max_tokens=60,
+    )
+    await budget.open_run("r", project_id="rate")
+    second = (await db.fetchval("SELECT now()")).second
+    if second >= 50:  # start clear of a minute boundary, so the steps share one window
+        await asyncio.sleep(61 - second)
+    await budget.consume("r", tokens=60)
+    spent = await rpc_error(budget.reserve("r", tokens=1))
+    assert (spent.reason, spent.metadata["scopeId"]) == ("BUDGET_EXHAUSTED", "rate")
+    retry = spent.require(error_details_pb2.RetryInfo).retry_delay.ToTimedelta()
+    assert timedelta(0) < retry <= timedelta(minutes=1)  # until the next minute
+    # Pretend that minute is over: its row moves one window back; the new minute is fresh.
+    await db.execute(
+        "UPDATE budget.pool_balances SET window_start = window_start - interval '1 minute'"
+    )
+    assert (await budget.reserve("r", tokens=60)).reservation.granted.tokens == 60
+    starts = await db.fetch("SELECT window_start FROM budget.pool_balances ORDER BY 1")
+    now = await db.fetchval("SELECT now()")
+    assert starts[-1]["window_start"] == window_start(Window.MINUTE, now)
+    assert len(starts) == 2

@@ -53,6 +53,11 @@ ALTER TABLE budget.pool_balances
     ADD COLUMN exhausted text[] NOT NULL DEFAULT '{}',
     ADD COLUMN next_seq bigint NOT NULL DEFAULT 1;
 
+-- Rate windows: per-minute and per-hour pools, the same machinery as the calendar ones.
+ALTER TABLE budget.scope_budgets DROP CONSTRAINT scope_budgets_window_kind_check;
+ALTER TABLE budget.scope_budgets ADD CONSTRAINT scope_budgets_window_kind_check
+    CHECK (window_kind IN ('none', 'minute', 'hour', 'day', 'week', 'month'));
+
 -- Each pool window's ordered events (budget.threshold.crossed, budget.exhausted), written in
 -- the transaction of the Consume that caused them; the payloads are OpenWOP's.
 CREATE TABLE budget.pool_events (
@@ -79,6 +84,8 @@ CREATE POLICY tenant_isolation ON budget.pool_events
 CREATE FUNCTION budget.window_start_v1(kind text, t timestamptz) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE kind
+        WHEN 'minute' THEN date_trunc('minute', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+        WHEN 'hour' THEN date_trunc('hour', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
         WHEN 'day' THEN date_trunc('day', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
         WHEN 'week' THEN date_trunc('week', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
         WHEN 'month' THEN date_trunc('month', t AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
@@ -89,6 +96,8 @@ $$;
 CREATE FUNCTION budget.window_end_v1(kind text, start timestamptz) RETURNS timestamptz
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE kind
+        WHEN 'minute' THEN start + interval '1 minute'
+        WHEN 'hour' THEN start + interval '1 hour'
         WHEN 'day' THEN start + interval '1 day'
         WHEN 'week' THEN start + interval '7 days'
         WHEN 'month' THEN (((start AT TIME ZONE 'UTC') + interval '1 month') AT TIME ZONE 'UTC')

@@ -45,6 +45,8 @@ class Window(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WINDOW_DAY: _ClassVar[Window]
     WINDOW_WEEK: _ClassVar[Window]
     WINDOW_MONTH: _ClassVar[Window]
+    WINDOW_MINUTE: _ClassVar[Window]
+    WINDOW_HOUR: _ClassVar[Window]
 
 class Enforcement(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -121,6 +123,8 @@ WINDOW_NONE: Window
 WINDOW_DAY: Window
 WINDOW_WEEK: Window
 WINDOW_MONTH: Window
+WINDOW_MINUTE: Window
+WINDOW_HOUR: Window
 ENFORCEMENT_UNSPECIFIED: Enforcement
 ENFORCEMENT_HARD: Enforcement
 ENFORCEMENT_ADVISORY: Enforcement

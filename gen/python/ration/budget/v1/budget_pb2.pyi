@@ -91,6 +91,8 @@ WINDOW_NONE: _budget_messages_pb2.Window
 WINDOW_DAY: _budget_messages_pb2.Window
 WINDOW_WEEK: _budget_messages_pb2.Window
 WINDOW_MONTH: _budget_messages_pb2.Window
+WINDOW_MINUTE: _budget_messages_pb2.Window
+WINDOW_HOUR: _budget_messages_pb2.Window
 ENFORCEMENT_UNSPECIFIED: _budget_messages_pb2.Enforcement
 ENFORCEMENT_HARD: _budget_messages_pb2.Enforcement
 ENFORCEMENT_ADVISORY: _budget_messages_pb2.Enforcement
