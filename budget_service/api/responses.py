@@ -190,6 +190,7 @@ def model_verdict(verdict: ModelVerdict) -> pb.ModelVerdict:
     return pb.ModelVerdict(
         allowed=verdict.allowed,
         scope=SCOPE_NUMBERS[scope] if scope else pb.SCOPE_UNSPECIFIED,
+        scope_id=verdict.scope_id,
     )
 
 

@@ -169,6 +169,7 @@ class ModelLists:
 class ModelVerdict:
     allowed: bool
     scope: Scope | None = None  # the scope whose list refused the model
+    scope_id: str = ""  # its id (project, workflow or agent id); empty for the run
 
 
 @dataclass(frozen=True)

@@ -150,7 +150,8 @@ class Reservations:
         denied_by = doc["denied_by"]
         verdict = None
         if denied_by is not None:
-            verdict = ModelVerdict(not denied_by, Scope(denied_by) if denied_by else None)
+            scope = Scope(denied_by) if denied_by else None
+            verdict = ModelVerdict(not denied_by, scope, doc.get("denied_by_id") or "")
         reason = doc["reason"]
         dimensions = replies.statuses_of(doc["dimensions"])
         state = RunState(doc["state"])

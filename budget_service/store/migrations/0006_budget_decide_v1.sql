@@ -1232,7 +1232,11 @@ BEGIN
                 'reason', v_reason, 'advisory_reason', v_adv_reason, 'state', r_state[k],
                 'dimensions', v_status::json,
                 'denied_by', CASE WHEN p_models[i] = '' THEN NULL
-                                  ELSE coalesce(v_denied, '') END)::text;
+                                  ELSE coalesce(v_denied, '') END,
+                'denied_by_id', CASE v_denied WHEN 'workflow' THEN r_workflow[k]
+                                              WHEN 'agent' THEN r_agent[k]
+                                              WHEN 'project' THEN r_project[k] ELSE '' END
+                )::text;
             outcomes[i] := 'checked';
         ELSIF v_kind = 'reserve' THEN
             v_reply := json_build_object('hold', v_hold_doc, 'dimensions', v_status::json,
