@@ -341,6 +341,7 @@ class BudgetClient(Client):
         policy: PolicyInput | None = None,
         window: Window = Window.NONE,
         enforcement: Enforcement = Enforcement.HARD,
+        model_match: str = "",
         request_id: str | None = None,
     ) -> ScopeBudget:
         """Creates or replaces the budget of a project, workflow or agent (admin token)."""
@@ -351,6 +352,7 @@ class BudgetClient(Client):
             policy=convert.policy_message(policy),
             window=convert.WINDOWS.number(window),
             enforcement=convert.ENFORCEMENTS.number(enforcement),
+            model_match=model_match,
         )
         request = budget_pb2.PutScopeBudgetRequest(
             request_id=request_id or new_request_id(), budget=budget

@@ -281,6 +281,7 @@ def scope_budget(message: pb.ScopeBudget, balance: pb.PoolBalance | None = None)
         enforcement=ENFORCEMENTS.member(message.enforcement) or v.Enforcement.HARD,
         version=message.version,
         updated_at=datetime_of(message.updated_at),
+        model_match=message.model_match,
         balance=None
         if balance is None
         else v.PoolBalance(

@@ -319,6 +319,7 @@ class ScopeBudget:
     version: int
     updated_at: datetime
     balance: PoolBalance | None = None  # GetScopeBudget of a pool: its current window
+    model_match: str = ""  # a pool that applies only to calls whose model matches this glob
 
 
 @dataclass(frozen=True)

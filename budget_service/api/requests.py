@@ -325,7 +325,9 @@ def scope_budget(request: pb.PutScopeBudgetRequest) -> tuple[cmd.Mutation, Scope
         message.enforcement, ENFORCEMENTS, "budget.enforcement", Enforcement.HARD
     )
     policy = _policy(message.policy, "budget.policy", found)
-    budget = ScopeBudget(scope, message.scope_id, kind, policy, window, enforcement)
+    budget = ScopeBudget(
+        scope, message.scope_id, kind, policy, window, enforcement, message.model_match
+    )
     # The policy was validated above; validate the scope parts only.
     found += [
         f

@@ -315,6 +315,7 @@ def scope_budget(stored: StoredScopeBudget) -> pb.ScopeBudget:
         policy=_policy(b.policy),
         window=WINDOW_NUMBERS[b.window],
         enforcement=ENFORCEMENT_NUMBERS[b.enforcement],
+        model_match=b.model_match,
         version=stored.version,
         updated_at=timestamp(stored.updated_at),
     )

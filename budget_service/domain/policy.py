@@ -154,6 +154,8 @@ class ScopeBudget:
     window: Window = Window.NONE
     # Per-scope shadow roll-out: runs under an advisory scope are never refused or stopped.
     enforcement: Enforcement = Enforcement.HARD
+    # Pooled only: the pool applies to calls whose model matches this glob ("": every call).
+    model_match: str = ""
 
 
 @dataclass(frozen=True)

@@ -299,3 +299,51 @@ async def test_a_minute_pool_limits_tokens_per_minute_exactly(
     now = await db.fetchval("SELECT now()")
     assert starts[-1]["window_start"] == window_start(Window.MINUTE, now)
     assert len(starts) == 2
+
+
+async def test_a_per_model_pool_limits_only_the_models_it_matches(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    # At most $5 a day on gpt-4o* for the project; nothing else limited.
+    stored = await budget.put_scope(
+        pb.SCOPE_PROJECT,
+        "p",
+        kind=pb.SCOPE_BUDGET_KIND_POOLED,
+        window=pb.WINDOW_DAY,
+        model_match="gpt-4o*",
+        max_cost_nanos=5 * USD,
+    )
+    assert stored.model_match == "gpt-4o*"
+    await budget.open_run("r", project_id="p")
+    hold = await budget.reserve("r", model="gpt-4o-mini", cost_nanos=4 * USD)
+
+    async def pools_of(reserved: pb.ReserveResponse) -> list[str]:
+        found = await db.fetchval(
+            "SELECT pool_scope_ids FROM budget.holds WHERE reservation_id = $1",
+            reserved.reservation.reservation_id,
+        )
+        return list(found)
+
+    assert await pools_of(hold) == ["p"]
+    await budget.consume(
+        "r", hold.reservation.reservation_id, model="gpt-4o-mini", cost_nanos=5 * USD
+    )
+    spent = await rpc_error(budget.reserve("r", model="gpt-4o", cost_nanos=1))
+    assert (spent.reason, spent.metadata["scope"]) == ("BUDGET_EXHAUSTED", "project")
+    other = await budget.reserve("r", model="claude-3", cost_nanos=100 * USD)
+    assert other.reservation.granted.cost_nanos == 100 * USD
+    assert await pools_of(other) == []  # the pool never held it
+    await budget.consume("r", model="claude-3", cost_nanos=USD)  # nor counts its usage
+    tools = await budget.reserve("r", model="", tool_calls=1)  # no model: a pool never applies
+    assert await pools_of(tools) == []
+    consumed = await db.fetchval("SELECT consumed_cost_nanos FROM budget.pool_balances")
+    assert consumed == 5 * USD
+    bad = await rpc_error(
+        budget.put_scope(pb.SCOPE_PROJECT, "q", model_match="gpt-4o*", max_tokens=5)
+    )
+    violations = bad.require(error_details_pb2.BadRequest).field_violations
+    assert (bad.reason, [v.field for v in violations]) == (
+        "VALIDATION_FAILED",
+        ["budget.model_match"],
+    )

@@ -58,6 +58,9 @@ ALTER TABLE budget.scope_budgets DROP CONSTRAINT scope_budgets_window_kind_check
 ALTER TABLE budget.scope_budgets ADD CONSTRAINT scope_budgets_window_kind_check
     CHECK (window_kind IN ('none', 'minute', 'hour', 'day', 'week', 'month'));
 
+-- Per-model budgets: a pooled budget that applies only to calls whose model matches a glob.
+ALTER TABLE budget.scope_budgets ADD COLUMN model_match text;
+
 -- Each pool window's ordered events (budget.threshold.crossed, budget.exhausted), written in
 -- the transaction of the Consume that caused them; the payloads are OpenWOP's.
 CREATE TABLE budget.pool_events (
@@ -199,7 +202,8 @@ DECLARE
     p_window timestamptz[] := '{}'; p_lim bigint[] := '{}'; p_current boolean[] := '{}';
     p_used bigint[]; p_held bigint[]; p_other bigint[]; p_touched boolean[];
     p_found boolean[];
-    p_window_kind text[] := '{}'; p_threshold integer[] := '{}';
+    p_window_kind text[] := '{}'; p_threshold integer[] := '{}'; p_match text[] := '{}';
+    v_any_match boolean := false;
     p_crossed integer[]; p_exhausted integer[]; p_next_seq bigint[]; p_events integer[];
     npe integer := 0;
     pe_slot integer[] := '{}'; pe_seq bigint[] := '{}'; pe_type text[] := '{}';
@@ -402,7 +406,7 @@ BEGIN
         -- The current window of every pooled budget the runs draw on, in canonical order.
             FOR rec IN
                 SELECT s.scope, s.scope_id, s.window_kind,
-                       coalesce(s.threshold_percent, 80) AS threshold,
+                       coalesce(s.threshold_percent, 80) AS threshold, s.model_match,
                        ARRAY[s.max_tokens, s.max_cost_nanos, s.max_tool_calls, s.max_retries]
                            AS lims,
                        array_agg(u.run_id) AS runs
@@ -413,7 +417,8 @@ BEGIN
                  AND s.kind = 'pooled'
                 WHERE u.tenant_id = p_tenant AND u.run_id = ANY(r_id)
                   AND cardinality(u.pool_scopes) > 0
-                GROUP BY s.scope, s.scope_id, s.window_kind, s.threshold_percent, s.max_tokens, s.max_cost_nanos,
+                GROUP BY s.scope, s.scope_id, s.window_kind, s.threshold_percent, s.model_match,
+                         s.max_tokens, s.max_cost_nanos,
                          s.max_tool_calls, s.max_retries
                 ORDER BY budget.scope_rank_v1(s.scope), s.scope_id COLLATE "C"
             LOOP
@@ -427,6 +432,8 @@ BEGIN
                 p_current := p_current || true;
                 p_window_kind := p_window_kind || rec.window_kind;
                 p_threshold := p_threshold || rec.threshold::integer;
+                p_match := p_match || rec.model_match;
+                v_any_match := v_any_match OR rec.model_match IS NOT NULL;
                 FOREACH v_key IN ARRAY rec.runs LOOP
                     k := array_position(r_id, v_key);
                     r_pools[k] := r_pools[k] || CASE WHEN r_pools[k] = '' THEN '' ELSE ',' END || np;
@@ -480,6 +487,7 @@ BEGIN
                         p_current := p_current || false;
                         p_window_kind := p_window_kind || NULL::text;
                         p_threshold := p_threshold || 80;
+                        p_match := p_match || NULL::text;
                     END IF;
                     v_key := v_key || CASE WHEN v_key = '' THEN '' ELSE ',' END || m;
                 END LOOP;
@@ -646,6 +654,13 @@ BEGIN
         END IF;
         v_adv := p_host_advisory OR r_advisory[k];
         v_slots := coalesce(string_to_array(nullif(r_pools[k], ''), ',')::integer[], '{}');
+        IF v_any_match THEN  -- per-model pools apply only to the calls their glob matches
+            v_slots := ARRAY(
+                SELECT u.m FROM unnest(v_slots) WITH ORDINALITY AS u(m, o)
+                WHERE p_match[u.m] IS NULL
+                   OR (p_models[i] <> '' AND budget.glob_matches(p_match[u.m], p_models[i]))
+                ORDER BY u.o);
+        END IF;
         v_done := false;
         v_reason := NULL;
         v_facts := NULL;
@@ -887,7 +902,7 @@ BEGIN
                 h_was_open := h_was_open || false; h_new := h_new || true;
                 h_req := h_req || ARRAY[ARRAY[amt[i][1], amt[i][2], amt[i][3], amt[i][4]]];
                 h_gr := h_gr || ARRAY[g];
-                h_slots := h_slots || coalesce(r_pools[k], '');
+                h_slots := h_slots || array_to_string(v_slots, ',');
                 h_created := h_created || v_now;
                 h_expires := h_expires || (v_now + make_interval(secs => p_ttl_seconds[i]));
                 h_version := h_version || r_version[k];

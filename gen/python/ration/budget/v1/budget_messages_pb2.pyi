@@ -297,7 +297,7 @@ class ModelVerdict(_message.Message):
     def __init__(self, allowed: _Optional[bool] = ..., scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ...) -> None: ...
 
 class ScopeBudget(_message.Message):
-    __slots__ = ("scope", "scope_id", "kind", "policy", "window", "enforcement", "version", "updated_at")
+    __slots__ = ("scope", "scope_id", "kind", "policy", "window", "enforcement", "version", "updated_at", "model_match")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -306,6 +306,7 @@ class ScopeBudget(_message.Message):
     ENFORCEMENT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_MATCH_FIELD_NUMBER: _ClassVar[int]
     scope: Scope
     scope_id: str
     kind: ScopeBudgetKind
@@ -314,7 +315,8 @@ class ScopeBudget(_message.Message):
     enforcement: Enforcement
     version: int
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ..., kind: _Optional[_Union[ScopeBudgetKind, str]] = ..., policy: _Optional[_Union[BudgetPolicy, _Mapping]] = ..., window: _Optional[_Union[Window, str]] = ..., enforcement: _Optional[_Union[Enforcement, str]] = ..., version: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    model_match: str
+    def __init__(self, scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ..., kind: _Optional[_Union[ScopeBudgetKind, str]] = ..., policy: _Optional[_Union[BudgetPolicy, _Mapping]] = ..., window: _Optional[_Union[Window, str]] = ..., enforcement: _Optional[_Union[Enforcement, str]] = ..., version: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., model_match: _Optional[str] = ...) -> None: ...
 
 class PoolBalance(_message.Message):
     __slots__ = ("window_start", "dimensions")
