@@ -140,6 +140,7 @@ def dimension_status(message: pb.DimensionStatus) -> v.DimensionStatus:
         binding_scope=SCOPES.member(message.binding_scope) or v.Scope.RUN,
         binding_scope_id=message.binding_scope_id,
         clamped_by=message.clamped_by,
+        window_end=datetime_of(message.window_end) if message.HasField("window_end") else None,
     )
 
 

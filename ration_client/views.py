@@ -159,6 +159,7 @@ class DimensionStatus:
     binding_scope: Scope
     binding_scope_id: str  # empty for the run itself
     clamped_by: str  # "host" when a host ceiling clamped the limit
+    window_end: datetime | None = None  # a windowed pool's: when its current window ends
 
 
 @dataclass(frozen=True)

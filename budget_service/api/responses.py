@@ -125,6 +125,8 @@ def add_dimensions(
             message.limit = s.limit
         if s.remaining is not None:
             message.remaining = s.remaining
+        if s.window_end is not None:
+            message.window_end.CopyFrom(timestamp(s.window_end))
 
 
 def run(view: cmd.RunView) -> pb.Run:

@@ -40,7 +40,7 @@ def _dimensions(
     message: pb.ReserveResponse | pb.ConsumeResponse, rows: Sequence[Sequence[Any]]
 ) -> None:
     add = message.dimensions.add
-    for dimension, limit, consumed, held, scope, scope_id, clamped_by in rows:
+    for dimension, limit, consumed, held, scope, scope_id, clamped_by, *more in rows:
         status = add(
             dimension=DIMENSIONS[dimension],
             consumed=consumed,
@@ -52,6 +52,8 @@ def _dimensions(
         if limit is not None:
             status.limit = limit
             status.remaining = max(0, limit - consumed - held)
+        if more and more[0] is not None:  # a windowed pool's window end
+            set_micros(status.window_end, more[0])
 
 
 def _hold(message: pb.Reservation, doc: Mapping[str, Any]) -> None:

@@ -275,6 +275,22 @@ def _scope_rank(entry: ModelLists) -> int:
 WINDOW_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # the one key of a window-less pool
 
 
+def window_end(window: Window, start: datetime) -> datetime | None:
+    """When the window starting at `start` ends (None: a window-less pool never renews)."""
+    if window is Window.NONE:
+        return None
+    if window is Window.MINUTE:
+        return start + timedelta(minutes=1)
+    if window is Window.HOUR:
+        return start + timedelta(hours=1)
+    if window is Window.DAY:
+        return start + timedelta(days=1)
+    if window is Window.WEEK:
+        return start + timedelta(days=7)
+    year, month = divmod(start.month, 12)
+    return start.replace(year=start.year + year, month=month + 1)
+
+
 def window_start(window: Window, now: datetime) -> datetime:
     """The UTC start of the calendar window containing `now`; pools are keyed by it, so a new
     window is simply a new balance row and nothing is ever reset."""

@@ -72,15 +72,19 @@ def statuses_doc(statuses: Sequence[DimensionStatus]) -> list[list[Any]]:
             s.binding_scope.value,
             s.binding_scope_id,
             s.clamped_by,
+            *([] if s.window_end is None else [_us(s.window_end)]),
         ]
         for s in statuses
     ]
 
 
 def statuses_of(doc: Sequence[Sequence[Any]]) -> list[DimensionStatus]:
+    """Rows [dimension, limit, consumed, held, scope, scope_id, clamped_by(, window_end_us)]:
+    a pool's rows carry when its window ends (rows stored before they did have 7 entries)."""
     found = []
-    for dimension, limit, consumed, held, scope, scope_id, clamped_by in doc:
+    for dimension, limit, consumed, held, scope, scope_id, clamped_by, *more in doc:
         remaining = None if limit is None else max(0, limit - consumed - held)
+        end_us = more[0] if more else None
         found.append(
             DimensionStatus(
                 _DIMENSION[dimension],
@@ -91,6 +95,7 @@ def statuses_of(doc: Sequence[Sequence[Any]]) -> list[DimensionStatus]:
                 _SCOPE[scope],
                 scope_id,
                 clamped_by,
+                None if end_us is None else _time(end_us),
             )
         )
     return found

@@ -17,7 +17,7 @@ from budget_service.domain.accounting import (
     ResumeOutcome,
     settle_reservation,
 )
-from budget_service.domain.policy import Dimension, Enforcement, window_start
+from budget_service.domain.policy import Dimension, Enforcement, window_end, window_start
 from budget_service.domain.records import (
     DimensionStatus,
     LedgerEntry,
@@ -137,7 +137,8 @@ class RunUnit:
         judged = self.judged()
         found = run_statuses(self.run, judged[RUN_BALANCE])
         for ref in sorted(self.current, key=lambda r: r.sort_key):
-            found += pool_statuses(ref, judged[ref])
+            end = window_end(self.configs[ref].window, self.current[ref].window_start)
+            found += pool_statuses(ref, judged[ref], end)
         return found
 
     # --- changing -------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from datetime import timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -347,3 +347,30 @@ async def test_a_per_model_pool_limits_only_the_models_it_matches(
         "VALIDATION_FAILED",
         ["budget.model_match"],
     )
+
+
+async def test_check_and_reserve_report_when_each_pool_window_ends(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT, "p", kind=pb.SCOPE_BUDGET_KIND_POOLED, window=pb.WINDOW_DAY, max_tokens=9
+    )
+    await budget.put_scope(pb.SCOPE_AGENT, "a", kind=pb.SCOPE_BUDGET_KIND_POOLED, max_tokens=9)
+    await budget.open_run("r", project_id="p", agent_id="a", max_tokens=100)
+    now = await db.fetchval("SELECT now()")
+    midnight = window_start(Window.DAY, now) + timedelta(days=1)
+    check = await budget.check("r", tokens=1)
+    reserve = await budget.reserve("r", tokens=1)
+    for dimensions in (check.dimensions, reserve.dimensions):
+        ends = {
+            (d.binding_scope, d.binding_scope_id): (
+                d.window_end.ToDatetime(tzinfo=UTC) if d.HasField("window_end") else None
+            )
+            for d in dimensions
+        }
+        assert ends == {
+            (pb.SCOPE_RUN, ""): None,  # the run's own balance has no window
+            (pb.SCOPE_AGENT, "a"): None,  # a window-less pool never renews
+            (pb.SCOPE_PROJECT, "p"): midnight,
+        }

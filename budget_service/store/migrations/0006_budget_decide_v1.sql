@@ -1221,7 +1221,8 @@ BEGIN
                 CONTINUE WHEN p_lim[m][d] IS NULL;
                 v_status := v_status || ',' || json_build_array(
                     names[d], p_lim[m][d], p_used[m][d], p_held[m][d] - p_other[m][d],
-                    p_scope[m], p_scope_id[m], '')::text;
+                    p_scope[m], p_scope_id[m], '',
+                    budget.epoch_us(budget.window_end_v1(p_window_kind[m], p_window[m])))::text;
             END LOOP;
         END LOOP;
         v_status := '[' || v_status || ']';

@@ -215,7 +215,7 @@ class EffectiveBudget(_message.Message):
     def __init__(self, max_tokens: _Optional[int] = ..., max_cost_nanos: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_retries: _Optional[int] = ..., threshold_percent: _Optional[int] = ..., on_exhaustion: _Optional[_Union[OnExhaustion, str]] = ...) -> None: ...
 
 class DimensionStatus(_message.Message):
-    __slots__ = ("dimension", "limit", "consumed", "held", "remaining", "binding_scope", "binding_scope_id", "clamped_by")
+    __slots__ = ("dimension", "limit", "consumed", "held", "remaining", "binding_scope", "binding_scope_id", "clamped_by", "window_end")
     DIMENSION_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
@@ -224,6 +224,7 @@ class DimensionStatus(_message.Message):
     BINDING_SCOPE_FIELD_NUMBER: _ClassVar[int]
     BINDING_SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
     CLAMPED_BY_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_END_FIELD_NUMBER: _ClassVar[int]
     dimension: Dimension
     limit: int
     consumed: int
@@ -232,7 +233,8 @@ class DimensionStatus(_message.Message):
     binding_scope: Scope
     binding_scope_id: str
     clamped_by: str
-    def __init__(self, dimension: _Optional[_Union[Dimension, str]] = ..., limit: _Optional[int] = ..., consumed: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., binding_scope: _Optional[_Union[Scope, str]] = ..., binding_scope_id: _Optional[str] = ..., clamped_by: _Optional[str] = ...) -> None: ...
+    window_end: _timestamp_pb2.Timestamp
+    def __init__(self, dimension: _Optional[_Union[Dimension, str]] = ..., limit: _Optional[int] = ..., consumed: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., binding_scope: _Optional[_Union[Scope, str]] = ..., binding_scope_id: _Optional[str] = ..., clamped_by: _Optional[str] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("run_id", "project_id", "workflow_id", "agent_id", "state", "effective_budget", "dimensions", "policy_version", "outcome", "failure_code", "created_at", "updated_at", "advisory", "advisory_refusals")
