@@ -115,11 +115,14 @@ class GroupCommit(Generic[G, I, R]):
             task.add_done_callback(self._tasks.discard)
         try:
             # Waiting in the queue is waiting for the database: bounded by the item's deadline.
+            # A call whose deadline is already too near to wait for anything just goes: the
+            # database may still answer in time, and its deadline ends the call otherwise.
             patience = waiting.deadline - time.monotonic() - REQUEUE_MARGIN_SECONDS
-            await asyncio.wait((waiting.future,), timeout=max(0.0, patience))
-            if not waiting.future.done() and waiting in state.queue:
-                state.queue.remove(waiting)
-                raise store_busy()
+            if patience > 0:
+                await asyncio.wait((waiting.future,), timeout=patience)
+                if not waiting.future.done() and waiting in state.queue:
+                    state.queue.remove(waiting)
+                    raise store_busy()
             return await asyncio.shield(waiting.future)
         except asyncio.CancelledError:
             if waiting in state.queue:  # not sent yet: leave at once
