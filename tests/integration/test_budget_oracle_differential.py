@@ -11,11 +11,14 @@ events and the request log.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta
+from types import ModuleType
 from typing import Any
 from unittest import mock
 
@@ -27,6 +30,7 @@ from prometheus_client import CollectorRegistry
 
 from budget_service.adapters.metrics import BudgetMetrics
 from budget_service.domain import commands as cmd
+from budget_service.domain import refusals as refusals_module
 from budget_service.domain.policy import (
     BudgetPolicy,
     Dimension,
@@ -65,9 +69,17 @@ DIMS = tuple(Dimension)
 SUFFIXES = tuple(d.field_name for d in Dimension)
 MODELS = ("gpt-4o", "gpt-4o-mini", "claude-3", "")
 PROJECT, WORKFLOW, AGENTS = "proj", "wf", ("agent-1", "agent-2")
-# Every call of the use cases on current main answers these refusals (or none).
 Quad = tuple[int, int, int, int]
 Limits = tuple[int | None, int | None, int | None, int | None]
+
+# The engine of issue #13 (budget.decide_v1 behind budget_service/store/decisions.py): where it
+# is present, batches of several items go to it directly and are compared item by item with
+# the model's batch, and the refusals that current main rolls back are issued too.
+try:
+    DECISIONS: ModuleType | None = importlib.import_module("budget_service.store.decisions")
+except ModuleNotFoundError:
+    DECISIONS = None
+REFUSAL_ERROR: Callable[[Any], DomainError] | None = getattr(refusals_module, "refusal_error", None)
 
 
 def limits_policy(limits: Limits, **policy: Any) -> BudgetPolicy:
@@ -371,6 +383,7 @@ class Call:
     command: Any
     request_id: str
     payload: bytes
+    reservation_id: str = ""  # a Reserve's new hold id, when chosen before it is issued
 
 
 @dataclass
@@ -384,7 +397,7 @@ class Example:
     runs: list[str] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
     steps: int = 0
-    legacy: bool = True  # the use cases of current main, one call at a time
+    legacy: bool = DECISIONS is None  # the use cases of current main, one call at a time
 
     @property
     def conn(self) -> asyncpg.Connection:
@@ -427,29 +440,7 @@ class Example:
             note(f"{call.method} {call.request_id}: {expected.outcome} {expected.refusal or ''}")
             assert got == self._expected(call.method, expected), (call, expected)
         elif call.method == "Check":
-            try:
-                found: Any = await self.service.reservations.check(self.tenant, c)
-            except DomainError as refused:
-                found = refusal_of(refused)
-            answer = self.oracle.check(c.run_id, c.model, model.quad(c.estimate), now)
-            if answer is None:
-                assert found == {"reason": "RUN_NOT_FOUND"}
-            else:
-                assert (
-                    found.would_grant,
-                    found.refusal_reason,
-                    found.advisory_refusal_reason,
-                    found.state,
-                    found.dimensions,
-                    found.verdict,
-                ) == (
-                    answer.would_grant,
-                    answer.reason,
-                    answer.advisory_reason,
-                    answer.state,
-                    answer.dimensions,
-                    answer.verdict,
-                ), c
+            await self.issue_checks([call])
         elif call.method == "ResumeRun":
             got = await self._lifecycle(
                 lambda: self.service.runs.resume_run(
@@ -477,31 +468,93 @@ class Example:
             raise AssertionError(call.method)
         self.calls.append(call)
 
+    async def issue_batch(self, calls: list[Call]) -> None:
+        """Reserve, Consume and Release items as one batch of budget.decide_v1, compared item
+        by item with the model's batch (replies byte for byte)."""
+        assert DECISIONS is not None
+        now = await self.now()
+        ttl = self.service.tx.settings.default_hold_ttl_seconds
+        items = [self._item(c, self.fingerprint(c)) for c in calls]
+        items = [replace(i, ttl_seconds=i.ttl_seconds or ttl) for i in items]
+        batch = [DECISIONS.Item(**asdict(i)) for i in items]
+        host_advisory = self.service.tx.host_advisory
+        answers = await DECISIONS.decide(self.harness.db, self.tenant, batch, host_advisory)
+        for item, answer in zip(items, answers, strict=True):
+            if item.kind == "reserve" and answer.outcome == "done":
+                now = replies.reserve_of(answer.response).reservation.created_at
+                break
+        expected = self.oracle.decide_batch(items, now)
+        event(f"batch of {len(items)}")
+        outcomes = [(i.kind, i.request_id, a.outcome) for i, a in zip(items, expected, strict=True)]
+        note(f"batch: {outcomes}")
+        for n, (item, answer, wanted) in enumerate(zip(items, answers, expected, strict=True)):
+            where = (n, item, wanted)
+            assert answer.outcome == wanted.outcome, where
+            if wanted.outcome in ("done", "replay"):
+                # The same document; decide_v1 spells it with json_build_object's whitespace
+                # and key order, not stored_replies' canonical bytes.
+                assert answer.response is not None, where
+                assert json.loads(answer.response) == json.loads(wanted.response or b""), where
+            elif wanted.outcome != "reused":
+                assert REFUSAL_ERROR is not None
+                assert refusal_of(REFUSAL_ERROR(answer.refusal)) == wanted.refusal, where
+        self.calls += calls
+
+    async def issue_checks(self, calls: list[Call]) -> None:
+        """Checks issued together: the service's batcher may judge them in one statement."""
+        now = await self.now()
+        found = await asyncio.gather(
+            *(self.service.reservations.check(self.tenant, c.command) for c in calls),
+            return_exceptions=True,
+        )
+        for call, result in zip(calls, found, strict=True):
+            c = call.command
+            answer = self.oracle.check(c.run_id, c.model, model.quad(c.estimate), now)
+            if answer is None or isinstance(result, BaseException):
+                assert isinstance(result, DomainError), result
+                assert answer is None
+                assert refusal_of(result) == {"reason": "RUN_NOT_FOUND"}
+                continue
+            assert (
+                result.would_grant,
+                result.refusal_reason,
+                result.advisory_refusal_reason,
+                result.state,
+                result.dimensions,
+                result.verdict,
+            ) == (
+                answer.would_grant,
+                answer.reason,
+                answer.advisory_reason,
+                answer.state,
+                answer.dimensions,
+                answer.verdict,
+            ), c
+
     def _item(self, call: Call, fp: bytes) -> Item:
-        c = call.command
+        c, request_id = call.command, call.request_id
         if call.method == "Reserve":
             return Item(
                 "reserve",
-                call.request_id,
-                fp,
                 c.run_id,
-                f"res_{uuid.uuid4().hex}",
-                c.model,
                 model.quad(c.estimate),
-                c.mode is ReserveMode.UP_TO,
-                c.ttl_seconds,
+                reservation_id=call.reservation_id or f"res_{uuid.uuid4().hex}",
+                model=c.model,
+                up_to=c.mode is ReserveMode.UP_TO,
+                ttl_seconds=c.ttl_seconds,
+                request_id=request_id,
+                fingerprint=fp,
             )
         if call.method == "Consume":
-            return Item(
-                "consume",
-                call.request_id,
-                fp,
-                c.run_id,
-                c.reservation_id,
-                c.model,
-                model.quad(c.usage),
-            )
-        return Item("release", call.request_id, fp, c.run_id, c.reservation_id)
+            usage = model.quad(c.usage)
+            return Item("consume", c.run_id, usage, request_id, fp, c.reservation_id, c.model)
+        return Item(
+            "release",
+            c.run_id,
+            request_id=request_id,
+            fingerprint=fp,
+            reservation_id=c.reservation_id,
+        )
 
     def _legacy_rolls_back(self, item: Item, now: datetime) -> bool:
         """On current main a Consume refused RESERVATION_NOT_FOUND or RESERVATION_SETTLED, and
@@ -691,7 +744,7 @@ _pool_specs = st.lists(
 _run_specs = st.lists(
     st.tuples(
         _run_policies,
-        st.sampled_from([0, 1, 2]),  # agent: none, agent-1 (pooled when 2 pools), agent-2
+        st.sampled_from([0, 1, 2]),  # agent: none, agent-1 (pooled), agent-2
         st.booleans(),  # in the workflow (with a per-run cap, when declared)
     ),
     min_size=2,
@@ -726,6 +779,27 @@ _OP_STRATEGIES: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
     "missing": st.tuples(st.just("missing"), _amounts),
     "repool": st.tuples(st.just("repool"), st.integers(min_value=0, max_value=1), _pool_limits),
 }
+# A batch of the engine: calls of the kinds above, twins and reused ids of earlier items of the
+# same batch, and Consume or Release of a hold reserved earlier in the batch.
+_BATCH_STRATEGIES = [
+    _OP_STRATEGIES["reserve"],
+    _OP_STRATEGIES["reserve"],
+    _OP_STRATEGIES["consume"],
+    _OP_STRATEGIES["unreserved"],
+    _OP_STRATEGIES["release"],
+    st.tuples(st.just("consume_new"), st.integers(min_value=0, max_value=4), _amounts, _model),
+    st.tuples(st.just("release_new"), st.integers(min_value=0, max_value=4)),
+    st.tuples(st.just("twin"), st.integers(min_value=0, max_value=4)),
+    st.tuples(st.just("reused"), st.integers(min_value=0, max_value=4)),
+    _OP_STRATEGIES["again"],
+    _OP_STRATEGIES["missing"],
+]
+_OP_STRATEGIES["batch"] = st.tuples(
+    st.just("batch"), st.lists(st.one_of(_BATCH_STRATEGIES), min_size=2, max_size=6)
+)
+_OP_STRATEGIES["checks"] = st.tuples(
+    st.just("checks"), st.lists(_OP_STRATEGIES["check"], min_size=2, max_size=4)
+)
 # Mostly the per-call protocol; now and then time passing and the run lifecycle.
 _WEIGHTS = {
     "reserve": 10,
@@ -742,6 +816,8 @@ _WEIGHTS = {
     "close": 1,
     "missing": 1,
     "repool": 1,
+    "batch": 6,
+    "checks": 1,
 }
 _ops = st.lists(
     st.sampled_from([k for k, n in _WEIGHTS.items() for _ in range(n)]).flatmap(
@@ -766,9 +842,13 @@ async def _setup(
     pool_specs: list[tuple[Window, Limits, Enforcement]],
     workflow_cap: Limits | None,
     run_specs: list[tuple[BudgetPolicy, int, bool]],
+    agent_first: bool,
 ) -> None:
-    # The first pool is the project's, the second agent-1's.
+    # One pool: the project's (every run draws on it) or agent-1's (the runs of other agents
+    # draw on none, and take the one-statement path of current main); two: both.
     owners = [(Scope.PROJECT, PROJECT), (Scope.AGENT, AGENTS[0])]
+    if agent_first:
+        owners.reverse()
     for (scope, scope_id), (window, limits, enforcement) in zip(owners, pool_specs, strict=False):
         budget = ScopeBudget(
             scope, scope_id, ScopeBudgetKind.POOLED, limits_policy(limits), window, enforcement
@@ -878,6 +958,43 @@ def _call_of(example: Example, op: tuple[Any, ...]) -> Call | None:
     return None
 
 
+def _batch_calls(example: Example, ops: list[tuple[Any, ...]]) -> list[Call]:
+    calls: list[Call] = []
+    for op in ops:
+        kind = op[0]
+        if kind in ("twin", "reused"):
+            if calls:
+                earlier = calls[op[1] % len(calls)]
+                changed = replace(earlier, payload=earlier.payload + b"!")
+                calls.append(earlier if kind == "twin" else changed)
+            continue
+        if kind in ("consume_new", "release_new"):
+            reserves = [c for c in calls if c.method == "Reserve" and c.reservation_id]
+            if reserves:
+                hold = reserves[op[1] % len(reserves)]
+                run_id, reservation_id = hold.command.run_id, hold.reservation_id
+                if kind == "release_new":
+                    command: Any = cmd.Release(run_id, reservation_id)
+                    calls.append(example.new_call("Release", command))
+                else:
+                    values, name = op[2], op[3]
+                    usage, model_name = _estimate(values), _model_for(name, values)
+                    command = cmd.Consume(run_id, reservation_id, model_name, usage)
+                    calls.append(example.new_call("Consume", command))
+            continue
+        if kind == "again":
+            earlier = [c for c in example.calls if c.method in ("Reserve", "Consume", "Release")]
+            if earlier:
+                calls.append(earlier[op[1] % len(earlier)])
+            continue
+        call = _call_of(example, op)
+        if call is not None and call.method == "Reserve":
+            call = replace(call, reservation_id=f"res_{uuid.uuid4().hex}")
+        if call is not None:
+            calls.append(call)
+    return calls
+
+
 @settings(
     max_examples=60,
     deadline=None,
@@ -893,6 +1010,7 @@ def _call_of(example: Example, op: tuple[Any, ...]) -> Call | None:
     pool_specs=_pool_specs,
     workflow_cap=st.one_of(st.none(), _limits),
     run_specs=_run_specs,
+    agent_first=st.booleans(),
     ops=_ops,
 )
 async def test_the_service_decides_like_the_reference_model(
@@ -902,6 +1020,7 @@ async def test_the_service_decides_like_the_reference_model(
     pool_specs: list[tuple[Window, Limits, Enforcement]],
     workflow_cap: Limits | None,
     run_specs: list[tuple[BudgetPolicy, int, bool]],
+    agent_first: bool,
     ops: list[tuple[Any, ...]],
 ) -> None:
     tag = uuid.uuid4().hex[:10]
@@ -911,7 +1030,7 @@ async def test_the_service_decides_like_the_reference_model(
     example = Example(
         harness, _service(harness, tenant, host_advisory, ceiling), oracle, tenant, tag, []
     )
-    await _setup(example, pool_specs, workflow_cap, run_specs)
+    await _setup(example, pool_specs, workflow_cap, run_specs, agent_first)
     for step, op in enumerate(ops):
         kind = op[0]
         if kind == "expire":
@@ -922,9 +1041,19 @@ async def test_the_service_decides_like_the_reference_model(
             await example.new_day()
         elif kind == "repool":
             await example.repool(op[1], op[2])
+        elif kind == "batch":
+            calls = _batch_calls(example, op[1])
+            if DECISIONS is not None and len(calls) > 1:
+                await example.issue_batch(calls)
+            else:  # current main: the same calls one at a time
+                for one in calls:
+                    await example.issue(one)
+        elif kind == "checks":
+            checks = [c for sub in op[1] if (c := _call_of(example, sub)) is not None]
+            await example.issue_checks(checks)
         else:
-            call = _call_of(example, op)
-            if call is None:
+            single = _call_of(example, op)
+            if single is None:
                 continue
-            await example.issue(call)
+            await example.issue(single)
         await example.compare_rows(f"step {step} {op}")

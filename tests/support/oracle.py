@@ -444,15 +444,16 @@ def reused_refusal(request_id: str) -> Refusal:
 
 @dataclass(frozen=True)
 class Item:
-    """One call of a batch (budget_service.store.decisions.Item): Reserve, Consume or Release."""
+    """One call of a batch, field for field budget_service.store.decisions.Item: Reserve,
+    Consume or Release."""
 
     kind: str  # 'reserve' | 'consume' | 'release'
-    request_id: str
-    fingerprint: bytes
     run_id: str
+    amounts: Quad = ZERO4  # estimate or usage in Dimension order
+    request_id: str = ""
+    fingerprint: bytes = b""
     reservation_id: str = ""  # reserve: the new hold's id; consume: '' = usage without a hold
     model: str = ""
-    amounts: Quad = ZERO4  # estimate or usage in Dimension order
     up_to: bool = False
     ttl_seconds: int = 0  # 0: the host default
 
@@ -823,41 +824,33 @@ class BudgetOracle:
     ) -> list[Answer]:
         """One batch of one tenant, in arrival order, as one transaction (engine.md):
 
-        1. a request id already logged replays (same fingerprint) or is reused; within the
-           batch, the first item with an id owns it: a later one with another fingerprint is
-           reused, one with the same is replayed if the earlier was done, else decided again;
-        2. the remaining items' runs are locked (a missing run: not_found) and their current
+        1. a request id already logged replays (same fingerprint) or is reused (another one),
+           and writes nothing; within the batch, an item whose id an earlier item stored (it
+           was done) replays or is reused the same way, and one whose earlier twin was refused
+           (it stored nothing) is decided again: a batch answers as its items would one by one;
+        2. the runs of the other items are locked (a missing run: not_found) and their current
            pool windows get rows;
         3. every locked run's overdue holds expire first, their ledger rows carrying the
-           request id of the batch's first remaining item on that run (they stay whatever
-           that item's fate);
-        4. each remaining item is decided in order against the state the earlier ones left.
+           request id of the batch's first such item on that run (they stay whatever that
+           item's fate);
+        4. each item is decided in order against the state the earlier ones left.
         """
         answers: list[Answer | None] = [None] * len(items)
-        owner: dict[str, Item] = {}
-        remaining: list[int] = []
+        first_request: dict[str, str] = {}
         for i, item in enumerate(items):
             logged = self._logged(item.request_id, item.fingerprint)
-            first = owner.setdefault(item.request_id, item)
             if logged is not None:
                 answers[i] = logged
-            elif first.fingerprint != item.fingerprint:
-                answers[i] = Answer("reused", refusal=reused_refusal(item.request_id))
-            else:
-                remaining.append(i)
-        first_request: dict[str, str] = {}
-        for i in remaining:
-            if items[i].run_id not in self.runs:
+            elif item.run_id not in self.runs:
                 answers[i] = Answer("not_found", refusal={"reason": "RUN_NOT_FOUND"})
             else:
-                first_request.setdefault(items[i].run_id, items[i].request_id)
+                first_request.setdefault(item.run_id, item.request_id)
         for run_id in sorted(first_request):  # the lock order: run_id COLLATE "C"
             self._lock(run_id, first_request[run_id], now)
-        for i in remaining:
+        for i, item in enumerate(items):
             if answers[i] is not None:
                 continue
-            item = items[i]
-            logged = self._logged(item.request_id, item.fingerprint)  # a twin done just before
+            logged = self._logged(item.request_id, item.fingerprint)  # stored by an earlier item
             if logged is not None:
                 answers[i] = logged
                 continue

@@ -35,9 +35,8 @@ def _oracle(pool_tokens: int | None = None) -> BudgetOracle:
 
 
 def reserve(request_id: str, run_id: str, tokens: int, fp: bytes = b"f", rid: str = "") -> Item:
-    return Item(
-        "reserve", request_id, fp, run_id, rid or f"res_{request_id}", "m", (tokens, 0, 0, 0)
-    )
+    reservation_id = rid or f"res_{request_id}"
+    return Item("reserve", run_id, (tokens, 0, 0, 0), request_id, fp, reservation_id, "m")
 
 
 def test_a_twin_in_the_batch_replays_the_done_reply_and_a_reused_id_is_refused() -> None:
@@ -71,7 +70,7 @@ def test_items_are_decided_in_order_and_a_refused_twin_is_decided_again() -> Non
         [
             reserve("r1", "a", 8),
             reserve("r2", "a", 5),  # held by r1: BUDGET_HELD
-            Item("release", "r3", b"f", "a", "res_r1"),
+            Item("release", "a", request_id="r3", fingerprint=b"f", reservation_id="res_r1"),
             reserve("r2", "a", 5, rid="res_r2b"),  # its twin, decided again: fits now
         ],
         NOW,
@@ -93,8 +92,8 @@ def test_overdue_holds_expire_first_under_the_first_item_and_stay_when_it_is_ref
     later = NOW + timedelta(seconds=5)
     answers = oracle.decide_batch(
         [
-            Item("consume", "c1", b"f", "a", "res_unknown", "m", (1, 0, 0, 0)),
-            Item("release", "c2", b"f", "a", "res_r1"),
+            Item("consume", "a", (1, 0, 0, 0), "c1", b"f", "res_unknown", "m"),
+            Item("release", "a", request_id="c2", fingerprint=b"f", reservation_id="res_r1"),
         ],
         later,
     )

@@ -9,9 +9,8 @@ from budget_service.domain.policy import Dimension, Scope
 from budget_service.domain.refusals import (
     budget_exhausted_error,
     budget_held_error,
-    consume_settles_reservation,
-    ensure_can_release,
-    ensure_can_reserve,
+    reservation_settled_error,
+    run_state_error,
 )
 from budget_service.domain.run_state import (
     BalanceRef,
@@ -67,19 +66,23 @@ def test_error_metadata_is_lower_camel_strings() -> None:
 
 
 @pytest.mark.parametrize(
-    "status",
+    ("status", "error"),
     [
-        RunStatus(RunState.CLOSED),
-        RunStatus(RunState.INTERRUPTED),
-        RunStatus(RunState.FAILED),
-        RunStatus(RunState.FAILED, stopped_by=Breach(C, USD, USD, 1_020_000_000)),
+        (RunStatus(RunState.CLOSED), run_state_error("RUN_CLOSED", RunState.CLOSED, "closed")),
+        (
+            RunStatus(RunState.INTERRUPTED),
+            run_state_error("RUN_INTERRUPTED", RunState.INTERRUPTED, "interrupted"),
+        ),
+        (RunStatus(RunState.FAILED), budget_exhausted_error(None)),
+        (
+            RunStatus(RunState.FAILED, stopped_by=Breach(C, USD, USD, 1_020_000_000)),
+            budget_exhausted_error(Breach(C, USD, USD, 1_020_000_000)),
+        ),
     ],
 )
-def test_state_refusals_carry_the_service_metadata(status: RunStatus) -> None:
-    with pytest.raises(DomainError) as refused:
-        ensure_can_reserve(status)
-    assert refused.value.kind in (ErrorKind.PRECONDITION, ErrorKind.EXHAUSTED)
-    assert state_refusal(status) == _facts(refused.value)
+def test_state_refusals_carry_the_service_metadata(status: RunStatus, error: DomainError) -> None:
+    assert error.kind in (ErrorKind.PRECONDITION, ErrorKind.EXHAUSTED)
+    assert state_refusal(status) == _facts(error)
 
 
 def test_budget_refusals_carry_the_service_metadata() -> None:
@@ -88,15 +91,10 @@ def test_budget_refusals_carry_the_service_metadata() -> None:
     assert held_refusal(contention) == _facts(budget_held_error(contention))
 
 
-def test_hold_guards() -> None:
-    assert consume_settles_reservation(ReservationState.OPEN) is True
-    assert consume_settles_reservation(ReservationState.EXPIRED) is False
-    assert consume_settles_reservation(ReservationState.RELEASED) is False
-    ensure_can_release(ReservationState.OPEN)
-    for state in (ReservationState.CONSUMED, ReservationState.RELEASED, ReservationState.EXPIRED):
-        with pytest.raises(DomainError) as refused:
-            ensure_can_release(state)
-        assert refused.value.reason == "RESERVATION_SETTLED"
-        assert refused.value.metadata == {"state": state.value}
-    with pytest.raises(DomainError):
-        consume_settles_reservation(ReservationState.CONSUMED)
+@pytest.mark.parametrize(
+    "state", [ReservationState.CONSUMED, ReservationState.RELEASED, ReservationState.EXPIRED]
+)
+def test_a_settled_hold_names_its_state(state: ReservationState) -> None:
+    error = reservation_settled_error(state)
+    assert (error.kind, error.reason) == (ErrorKind.PRECONDITION, "RESERVATION_SETTLED")
+    assert error.metadata == {"state": state.value}
