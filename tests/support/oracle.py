@@ -40,6 +40,7 @@ from budget_service.domain.policy import (
     Window,
     model_verdict,
     resolve_effective_budget,
+    window_end,
     window_start,
 )
 from budget_service.domain.records import (
@@ -257,15 +258,16 @@ def apply_reserve_breach(
     budget: EffectiveBudget,
     enforcement: Enforcement = Enforcement.HARD,
 ) -> Outcome:
-    """budget.exhausted (if not yet), cap.breached, then run.failed or INTERRUPTED (hard mode).
-    A pool breach counts like the run's own; advisory mode emits cap.breached once per
-    dimension and never changes the state."""
+    """A hard breach of the run's own budget: budget.exhausted (if not yet), cap.breached,
+    then run.failed or INTERRUPTED. (A pool that cannot fit refuses without touching the run,
+    and advisory mode emits nothing for a would-be refusal: see BudgetOracle._reserve.)"""
     d, hard = breach.dimension, enforcement is Enforcement.HARD
+    assert hard, "advisory mode emits nothing for a would-be refusal"
+    assert breach.balance.scope is Scope.RUN, "a pool that cannot fit refuses the call only"
     events: list[ev.BudgetEvent] = []
     if d not in status.exhausted:
         events.append(ev.BudgetExhausted(d, breach.consumed, breach.limit))
-    if hard or d not in status.breached:
-        events.append(ev.CapBreached(d, breach.limit, breach.observed))
+    events.append(ev.CapBreached(d, breach.limit, breach.observed))
     status = replace(status, exhausted=status.exhausted | {d}, breached=status.breached | {d})
     if hard and status.state is RunState.ACTIVE:
         stop = _stop(status, breach, budget.on_exhaustion)
@@ -308,7 +310,7 @@ def apply_consume(
             events.append(ev.BudgetExhausted(d, consumed, limit))
         # Exactly spent is exhausted, not breached; a stopped or closed run had its breach.
         if consumed > limit and status.state is RunState.ACTIVE:
-            if hard or d not in breached:
+            if hard:  # advisory mode: events only, never cap.breached (RFC 0084 section E)
                 breached.add(d)
                 events.append(ev.CapBreached(d, limit, consumed))
             first_breach = first_breach or Breach(d, limit, consumed, consumed)
@@ -390,6 +392,8 @@ def exhausted_refusal(breach: Breach | None) -> Refusal:
         "dimension": d.value,
         "limit": ev.render_amount(d, breach.limit),
         "observed": ev.render_amount(d, breach.observed),
+        "scope": breach.balance.scope.value,
+        "scopeId": breach.balance.scope_id,
     }
 
 
@@ -400,6 +404,8 @@ def held_refusal(contention: Contention) -> Refusal:
         "reason": "BUDGET_HELD",
         "dimension": d.value,
         **{k: ev.render_amount(d, v) for k, v in numbers.items()},
+        "scope": c.balance.scope.value,
+        "scopeId": c.balance.scope_id,
     }
 
 
@@ -646,8 +652,11 @@ class BudgetOracle:
     ) -> list[DimensionStatus]:
         judged = self.judged(run, now, own_overdue)
         found = run_statuses(run, judged[RUN_BALANCE])
-        for ref in sorted(self.current_pools(run, now), key=lambda r: r.sort_key):
-            found += pool_statuses(ref, judged[ref])
+        current = self.current_pools(run, now)
+        for ref in sorted(current, key=lambda r: r.sort_key):
+            config = self._config(ref)
+            end = window_end(config.window, current[ref].window_start) if config else None
+            found += pool_statuses(ref, judged[ref], end)
         return found
 
     def ledger_of(self, run_id: str) -> list[LedgerRow]:
@@ -899,12 +908,14 @@ class BudgetOracle:
         # A tool-call or retry hold names no model: model policy governs model calls only.
         if item.model and not verdict.allowed and hard:
             scope = verdict.scope or Scope.RUN
-            return self._refuse(
-                item, {"reason": "BUDGET_MODEL_DENIED", "model": item.model, "scope": scope.value}
-            )
+            denied = {"model": item.model, "scope": scope.value, "scopeId": run.scope_id(scope)}
+            return self._refuse(item, {"reason": "BUDGET_MODEL_DENIED", **denied})
         mode = ReserveMode.UP_TO if item.up_to else ReserveMode.ALL_OR_NOTHING
         decision = decide_reserve(self.judged(run, now), estimate, mode, enforcement)
-        if decision.breach is not None:
+        if decision.breach is not None and hard and decision.breach.balance.scope is not Scope.RUN:
+            # A pool that cannot fit refuses; the run lives (no event, no state change).
+            return self._refuse(item, exhausted_refusal(decision.breach))
+        if decision.breach is not None and hard:
             outcome = apply_reserve_breach(decision.breach, run.status, run.budget, enforcement)
             self.runs[run.run_id] = replace(run, status=outcome.status)
             self._events(run.run_id, outcome.events)
@@ -1047,6 +1058,8 @@ class BudgetOracle:
             return None
         judged = self.judged(run, now, own_overdue=True)
         verdict = model_verdict(model, run.budget.model_lists) if model else None
+        if verdict is not None and verdict.scope is not None:
+            verdict = replace(verdict, scope_id=run.scope_id(verdict.scope))
         if state_refusal(run.status) is None and (verdict is None or verdict.allowed):
             decision = decide_reserve(judged, amounts(estimate))
             reason = reserve_refusal(run.status, verdict, (decision.breach, decision.contention))

@@ -278,6 +278,8 @@ def test_rfc_cost_trace_consumed_threshold_exhausted_breached_failed() -> None:
         "dimension": "cost",
         "limit": "1.0",
         "observed": "1.02",
+        "scope": "run",
+        "scopeId": "",
     }
 
 
@@ -388,7 +390,7 @@ def test_consume_on_a_failed_run_is_recorded_without_a_second_breach() -> None:
     assert later.status == first.status
 
 
-def test_advisory_consume_emits_cap_breached_once_and_never_stops() -> None:
+def test_advisory_consume_emits_events_only_never_cap_breached() -> None:
     budget = resolve_effective_budget(BudgetPolicy(max_cost_nanos=USD))
     balances, status = run_balances(budget), RunStatus()
     types: list[str] = []
@@ -396,7 +398,9 @@ def test_advisory_consume_emits_cap_breached_once_and_never_stops() -> None:
         outcome = apply_consume(balances, None, {C: USD}, budget, status, ADVISORY)
         balances, status = dict(outcome.balances), outcome.status
         types += [e.event_type for e in outcome.events]
-    assert types.count("cap.breached") == 1
+    assert types.count("budget.exhausted") == 1  # after threshold.crossed, at consumed >= limit
+    assert types.index("budget.threshold.crossed") < types.index("budget.exhausted")
+    assert "cap.breached" not in types  # RFC 0084 section E: advisory is events only
     assert "run.failed" not in types
     assert status.state is RunState.ACTIVE
 
@@ -438,27 +442,25 @@ def test_reserve_breach_with_interrupt_stops_without_run_failed() -> None:
     assert outcome.status.state is RunState.INTERRUPTED
 
 
-def test_a_pool_breach_stops_the_run_like_its_own() -> None:
-    budget = resolve_effective_budget(BudgetPolicy())
+def test_a_pool_that_cannot_fit_refuses_naming_the_pool() -> None:
     breach = Breach(C, USD, USD, USD + 5, POOL)
-    outcome = apply_reserve_breach(breach, RunStatus(), budget)
-    assert outcome.status.state is RunState.FAILED
-    assert outcome.status.stopped_by == breach
     assert exhausted_refusal(breach) == {
         "reason": "BUDGET_EXHAUSTED",
         "dimension": "cost",
         "limit": "1.0",
         "observed": "1.000000005",
+        "scope": POOL.scope.value,
+        "scopeId": POOL.scope_id,
     }
+    budget = resolve_effective_budget(BudgetPolicy())
+    with pytest.raises(AssertionError):  # it never stops the run: not a run breach
+        apply_reserve_breach(breach, RunStatus(), budget)
 
 
-def test_advisory_reserve_breach_counts_but_never_stops() -> None:
+def test_advisory_reserve_breach_is_reported_not_applied() -> None:
     budget = resolve_effective_budget(BudgetPolicy(max_tokens=100))
-    first = apply_reserve_breach(Breach(T, 100, 100, 101), RunStatus(), budget, ADVISORY)
-    again = apply_reserve_breach(Breach(T, 100, 100, 101), first.status, budget, ADVISORY)
-    assert [e.event_type for e in first.events] == ["budget.exhausted", "cap.breached"]
-    assert again.events == ()
-    assert again.status.state is RunState.ACTIVE
+    with pytest.raises(AssertionError):  # advisory mode emits nothing for a would-be refusal
+        apply_reserve_breach(Breach(T, 100, 100, 101), RunStatus(), budget, ADVISORY)
 
 
 # --- resume ----------------------------------------------------------------------------------
@@ -555,6 +557,8 @@ def test_refusal_facts_are_rendered_amounts() -> None:
         "dimension": "toolCalls",
         "limit": "2",
         "observed": "3",
+        "scope": "run",
+        "scopeId": "",
     }
     assert held_refusal(Contention(C, USD, 200_000_000, 700_000_000, 300_000_000)) == {
         "reason": "BUDGET_HELD",
@@ -563,6 +567,8 @@ def test_refusal_facts_are_rendered_amounts() -> None:
         "consumed": "0.2",
         "held": "0.7",
         "requested": "0.3",
+        "scope": "run",
+        "scopeId": "",
     }
 
 
@@ -645,6 +651,8 @@ def test_granted_consumed_plus_held_never_exceeds_any_limit(
                 assert state_refusal(status) is not None
                 continue
             decision = decide_reserve(balances, estimate, mode)
+            if decision.breach is not None and decision.breach.balance is not RUN_BALANCE:
+                continue  # a pool that cannot fit refuses; the run lives
             if decision.breach is not None:
                 status = apply_reserve_breach(decision.breach, status, budget).status
                 assert status.state is not RunState.ACTIVE

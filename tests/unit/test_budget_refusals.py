@@ -35,7 +35,13 @@ def _facts(error: DomainError) -> dict[str, str]:
 def test_budget_exhausted_error_shape() -> None:
     error = budget_exhausted_error(Breach(TC, 2, 2, 3))
     assert (error.kind, error.reason) == (ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED")
-    assert error.metadata == {"dimension": "toolCalls", "limit": "2", "observed": "3"}
+    assert error.metadata == {
+        "dimension": "toolCalls",
+        "limit": "2",
+        "observed": "3",
+        "scope": "run",
+        "scopeId": "",
+    }
     assert isinstance(error.detail, QuotaDetail)
     assert budget_exhausted_error(None).metadata == {}
     pool = budget_exhausted_error(Breach(C, USD, USD, USD + 5, POOL))
@@ -51,6 +57,8 @@ def test_budget_held_error_shape() -> None:
         "consumed": "0.2",
         "held": "0.7",
         "requested": "0.3",
+        "scope": "run",
+        "scopeId": "",
     }
     assert error.detail == RetryDetail(0.5)
 

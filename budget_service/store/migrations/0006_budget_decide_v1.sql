@@ -204,6 +204,7 @@ DECLARE
     p_found boolean[];
     p_window_kind text[] := '{}'; p_threshold integer[] := '{}'; p_match text[] := '{}';
     v_any_match boolean := false;
+    v_deciding text[] := '{}';  -- the runs with a request decided here (their holds expire)
     p_crossed integer[]; p_exhausted integer[]; p_next_seq bigint[]; p_events integer[];
     npe integer := 0;
     pe_slot integer[] := '{}'; pe_seq bigint[] := '{}'; pe_type text[] := '{}';
@@ -399,6 +400,7 @@ BEGIN
             item_run[i] := array_position(r_id, p_run_ids[i]);
             IF item_run[i] IS NOT NULL AND r_first_req[item_run[i]] IS NULL THEN
                 r_first_req[item_run[i]] := p_request_ids[i];
+                v_deciding := v_deciding || p_run_ids[i];
             END IF;
         END LOOP;
 
@@ -579,7 +581,7 @@ BEGIN
                 CROSS JOIN LATERAL unnest(o.pool_scopes, o.pool_scope_ids, o.pool_windows)
                      AS k(scope, scope_id, window_start)
                 WHERE o.tenant_id = p_tenant AND o.state = 'open' AND o.expires_at <= v_now
-                  AND NOT o.run_id = ANY(r_id)
+                  AND NOT o.run_id = ANY(v_deciding)  -- those expire their own below
                   AND (k.scope, k.scope_id, k.window_start) IN (
                       SELECT * FROM unnest(p_scope, p_scope_id, p_window))
                 GROUP BY 1, 2, 3
@@ -596,6 +598,8 @@ BEGIN
         FOR h IN 1..nh LOOP
             CONTINUE WHEN h_state[h] <> 'open' OR h_expires[h] > v_now;
             k := h_run[h];
+            -- A run with no request decided here (only replays) is left as it is.
+            CONTINUE WHEN r_first_req[k] IS NULL;
             h_state[h] := 'expired';
             v_ended := v_ended + 1;
             r_expired[k] := r_expired[k] + 1;
@@ -945,6 +949,12 @@ BEGIN
             END IF;
 
         ELSIF v_kind IN ('consume', 'release') THEN
+            IF v_kind = 'release' AND p_reservation_ids[i] = '' THEN
+                outcomes[i] := 'refused';
+                refusals[i] := jsonb_build_object('reason', 'RESERVATION_NOT_FOUND');
+                tallies[i] := v_tally;
+                CONTINUE;
+            END IF;
             IF p_reservation_ids[i] <> '' THEN
                 FOR j IN 1..nh LOOP
                     IF h_id[j] = p_reservation_ids[i] AND h_run[j] = k THEN
@@ -1219,10 +1229,16 @@ BEGIN
                                     '{}') LOOP
             FOR d IN 1..4 LOOP
                 CONTINUE WHEN p_lim[m][d] IS NULL;
-                v_status := v_status || ',' || json_build_array(
-                    names[d], p_lim[m][d], p_used[m][d], p_held[m][d] - p_other[m][d],
-                    p_scope[m], p_scope_id[m], '',
-                    budget.epoch_us(budget.window_end_v1(p_window_kind[m], p_window[m])))::text;
+                -- A windowed pool's row ends with when its window ends.
+                v_status := v_status || ',' || CASE
+                    WHEN coalesce(p_window_kind[m], 'none') = 'none' THEN json_build_array(
+                        names[d], p_lim[m][d], p_used[m][d], p_held[m][d] - p_other[m][d],
+                        p_scope[m], p_scope_id[m], '')
+                    ELSE json_build_array(
+                        names[d], p_lim[m][d], p_used[m][d], p_held[m][d] - p_other[m][d],
+                        p_scope[m], p_scope_id[m], '',
+                        budget.epoch_us(budget.window_end_v1(p_window_kind[m], p_window[m])))
+                    END::text;
             END LOOP;
         END LOOP;
         v_status := '[' || v_status || ']';
