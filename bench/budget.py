@@ -16,6 +16,9 @@ from ration.budget.v1 import budget_pb2 as pb
 SERVICE = "/ration.budget.v1.BudgetService/"
 MODEL = "gpt-4o-mini"
 HOT_RUN = "bench-hot"
+# Callers in flight of the second spread figure and of the echo ceiling it is compared with:
+# with fewer callers than the default 64, fewer calls wait to share a batch.
+FEW_CALLERS = 16
 # Large enough that nothing is ever refused during a bench run.
 POLICY = pb.BudgetPolicy(max_tokens=10**15, max_cost_nanos=10**18)
 ESTIMATE = pb.Amounts(tokens=1_000, cost_nanos=2_000_000)

@@ -24,12 +24,18 @@ class BudgetFlow:
         self.server = server
         self.names = list(names)
 
-    def plans(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        runs = self.config.runs
+    def plans(self) -> dict[str, tuple[str, dict[str, Any], int]]:
+        """Figure name -> (scenario, params, callers in flight)."""
+        runs, callers = self.config.runs, self.config.concurrency
         return {
-            "budget.pairs_spread": ("budget.pairs", {"runs": runs}),
-            "budget.pairs_hot": ("budget.pairs", {"hot": True}),
-            "budget.check": ("budget.check", {"runs": runs}),
+            "budget.pairs_spread": ("budget.pairs", {"runs": runs}, callers),
+            f"budget.pairs_spread_{budget.FEW_CALLERS}": (
+                "budget.pairs",
+                {"runs": runs},
+                budget.FEW_CALLERS,
+            ),
+            "budget.pairs_hot": ("budget.pairs", {"hot": True}, callers),
+            "budget.check": ("budget.check", {"runs": runs}, callers),
         }
 
     def run(self) -> None:
@@ -46,12 +52,16 @@ class BudgetFlow:
         self.runner.results.setup["budget.open_runs"] = {"runs": len(runs), "seconds": seconds}
         plans = self.plans()
         for name in self.names:
-            scenario, params = plans[name]
+            scenario, params, callers = plans[name]
             pairs = scenario == "budget.pairs"
             spec = self.config.spec(
-                scenario, self.server.address, params=params, rpcs_per_op=2 if pairs else 1
+                scenario,
+                self.server.address,
+                params=params,
+                concurrency=callers,
+                rpcs_per_op=2 if pairs else 1,
             )
-            figure = self.runner.load(spec, self.server)
+            figure = self.runner.load(spec, self.server, batches=True)
             if pairs and figure.get("status") == "ok":
                 figure["pairs_per_s"] = figure.pop("ops_per_s")
                 figure["runs"] = 1 if params.get("hot") else self.config.runs

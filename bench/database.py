@@ -129,3 +129,22 @@ def server_version(url: str) -> str:
 
 def max_connections(url: str) -> int:
     return int(asyncio.run(admin(url, "SHOW max_connections"))[0])
+
+
+async def _postmaster_facts(url: str) -> tuple[int | None, float]:
+    conn = await asyncpg.connect(url)
+    try:
+        row = await conn.fetchrow(
+            "SELECT (SELECT pid FROM pg_stat_activity WHERE backend_type = 'checkpointer' LIMIT 1),"
+            " extract(epoch FROM pg_postmaster_start_time())::float8"
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    return row[0], float(row[1])
+
+
+def postmaster_facts(url: str) -> tuple[int | None, float]:
+    """The checkpointer's pid as the server sees it (a child of the postmaster that lives as long
+    as the cluster) and when the postmaster started, in seconds since the epoch."""
+    return asyncio.run(_postmaster_facts(url))

@@ -17,6 +17,7 @@ from typing import Any
 import grpc
 
 from bench.caller import Caller, Op, Tally, describe, unavailable
+from bench.meter import Meter, Snapshot
 from bench.stats import Histogram, summary_ms
 
 Builder = Callable[[Sequence[grpc.aio.Channel], Mapping[str, Any], int], Op]
@@ -57,6 +58,9 @@ class LoadResult:
     tally: Tally
     ops_per_s: float
     rpcs_per_s: float
+    # Taken by the parent when the measured window opened and when it closed (or when every
+    # process was done, if earlier): the CPU of the figure (bench/meter.py).
+    marks: tuple[Snapshot, Snapshot] | None = None
 
     def figure(self) -> dict[str, Any]:
         """The JSON form used by reports: rates, per-RPC and per-operation latency, errors."""
@@ -192,6 +196,8 @@ def _merge(spec: LoadSpec, tallies: Sequence[Tally]) -> LoadResult:
             merged.methods.setdefault(name, Histogram()).merge(hist)
         for key, n in tally.errors.items():
             merged.errors[key] = merged.errors.get(key, 0) + n
+        merged.window_ops += tally.window_ops
+        merged.window_rpcs += tally.window_rpcs
         merged.unavailable = merged.unavailable or tally.unavailable
         merged.failure = merged.failure or tally.failure
         if tally.elapsed > 0:
@@ -200,8 +206,9 @@ def _merge(spec: LoadSpec, tallies: Sequence[Tally]) -> LoadResult:
     return LoadResult(spec, merged, ops_rate, rpc_rate)
 
 
-def run_load(spec: LoadSpec) -> LoadResult:
-    """Spawns the processes, starts them together, waits for the window, merges their tallies."""
+def run_load(spec: LoadSpec, meter: Meter | None = None) -> LoadResult:
+    """Spawns the processes, starts them together, waits for the window, merges their tallies;
+    with a meter, takes its snapshots as the window opens and closes."""
     processes = max(1, min(spec.processes, spec.concurrency))
     spec = LoadSpec(**{**spec.__dict__, "processes": processes})
     ctx = mp.get_context("spawn")
@@ -221,26 +228,47 @@ def run_load(spec: LoadSpec) -> LoadResult:
     for child in children:
         child.start()
     tallies: list[Tally] = []
+    marks = None
     try:
         _collect(ready, processes, "ready", 120.0, tallies)
         start.value = time.monotonic() + 0.05
         go.set()
-        _collect(ready, processes, "done", spec.warmup + spec.duration + 120.0, tallies)
+        opens = start.value + spec.warmup
+        deadline = opens + spec.duration + 120.0
+        if meter is not None:
+            pids = [child.pid for child in children if child.pid is not None]
+            time.sleep(max(0.0, opens - time.monotonic()))
+            first = meter.snapshot(pids)
+            # Until the window closes or every process is done (a quota can end it early);
+            # a process that is done has not been joined yet, so its times are still there.
+            closes = opens + spec.duration - time.monotonic()
+            _collect(ready, processes, "done", closes, tallies, early=True)
+            marks = (first, meter.snapshot(pids))
+        _collect(ready, processes, "done", deadline - time.monotonic(), tallies)
     finally:
         for child in children:
             child.join(timeout=10)
             if child.is_alive():
                 child.kill()
-    return _merge(spec, tallies)
+    result = _merge(spec, tallies)
+    result.marks = marks
+    return result
 
 
-def _collect(ready: Any, n: int, kind: str, timeout: float, tallies: list[Tally]) -> None:
+def _collect(
+    ready: Any, n: int, kind: str, timeout: float, tallies: list[Tally], early: bool = False
+) -> None:
+    """Waits for `n` processes in all to report `kind` (those already in `tallies` count);
+    `early`: stop waiting at the timeout instead of failing."""
     deadline = time.monotonic() + timeout
-    seen = 0
+    seen = len(tallies) if kind == "done" else 0
     while seen < n:
+        left = deadline - time.monotonic()
         try:
-            what, index, payload = ready.get(timeout=max(0.1, deadline - time.monotonic()))
+            what, index, payload = ready.get(timeout=max(0.001 if early else 0.1, left))
         except queue.Empty:
+            if early:
+                return
             raise TimeoutError(f"load processes: {seen}/{n} reported {kind!r}") from None
         if what == "error":
             raise RuntimeError(f"load process {index} failed:\n{payload}")

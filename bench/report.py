@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import chart
+from bench import chart, meter
+from bench.budget import FEW_CALLERS
 from bench.targets import evaluate
 
 CHART = "latency_vs_size.png"
@@ -15,6 +16,9 @@ CEILINGS: dict[str, list[tuple[str, str, str, str]]] = {
     "budget.pairs_spread": [
         ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
         ("pgbench.spread", "tps", "rpc_per_s", "pgbench spread tps"),
+    ],
+    f"budget.pairs_spread_{FEW_CALLERS}": [
+        (f"echo_{FEW_CALLERS}", "rpc_per_s", "rpc_per_s", f"echo ({FEW_CALLERS} callers) RPC/s"),
     ],
     "budget.pairs_hot": [
         ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
@@ -37,7 +41,7 @@ CEILINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("echo", "p99_ms", "p99_ms", "echo p99"),
     ],
 }
-NOTES = """\
+NOTES = f"""\
 - Every RPC/s counts unary RPCs, each one round trip, at the same number of callers in flight as
   the echo ceiling. A Reserve+Consume pair is **2 RPCs**: its RPC/s counts both, pairs/s is half
   of it, p50/p99 are per RPC (per-pair latency is `op_p50_ms`/`op_p99_ms` in the JSON).
@@ -49,6 +53,8 @@ NOTES = """\
   max(50, size/20) appends, so every sample is taken at or just below the size; the first memory
   is then topped up to exactly that size for ListMemory.
 - ListMemory: token budget 800 in o200k_base; relevance ranks with a fixed query.
+- Reserve+Consume at {FEW_CALLERS} callers is compared with echo at {FEW_CALLERS} callers
+  (`echo_{FEW_CALLERS}`).
 - pgbench: single-row `UPDATE … SET n = n + 1` in autocommit (`-n -M prepared`), one hot row
   or a random row of 10,000; it runs alone, before any service starts.
 """
@@ -171,6 +177,61 @@ def _figures(results: dict[str, Any]) -> list[str]:
     return [*out, "", NOTES]
 
 
+CPU_NOTES = """\
+- CPU per RPC: utime + stime (including reaped children) from `/proc/<pid>/stat` over the
+  measured window, ÷ the RPCs completed in it (RPC/s × the interval). *server*: the service's
+  supervisor and workers (echo's for the ceilings); *postgres*: the whole cluster, the
+  postmaster and every backend and background process (other clients of a shared server count
+  too); *load*: the load processes; *other*: the rest of the machine's busy time (`/proc/stat`:
+  other processes, interrupts and softirqs of loopback TCP). n/a: not measurable (e.g. Postgres
+  on another host).
+- echo ÷ this: echo's server + postgres + load at the same callers in flight ÷ this figure's,
+  the share of echo's RPC/s the figure's CPU cost allows when the CPUs are the bound.
+- Mean batch: Δ `ration_budget_decide_batch_size_sum` ÷ Δ `…_count` over the window, summed over
+  the budget workers' `/metrics`; n/a when the service does not export it.
+"""
+
+
+def _echo_total(results: dict[str, Any], callers: Any) -> float | None:
+    """Total CPU per RPC of the echo ceiling measured at `callers` in flight."""
+    for name, c in results["ceilings"].items():
+        if name.startswith("echo") and c.get("status") == "ok" and c.get("concurrency") == callers:
+            total = c.get("total_ms_per_rpc")
+            return float(total) if isinstance(total, int | float) and total > 0 else None
+    return None
+
+
+def _cpu(results: dict[str, Any]) -> list[str]:
+    rows = [
+        (name, f)
+        for section in ("ceilings", "figures")
+        for name, f in results[section].items()
+        if f.get("status") == "ok" and "cpu_rpcs" in f
+    ]
+    if not rows:
+        return []
+    out = [
+        "## CPU per RPC",
+        "",
+        "| figure | callers | RPCs | server ms/RPC | postgres ms/RPC | load ms/RPC | total ms/RPC "
+        "| other ms/RPC | echo ÷ this | mean batch |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, f in rows:
+        cells = [
+            meter.shown(f.get(f"{part}_ms_per_rpc"))
+            for part in ("server", "postgres", "load", "total", "other")
+        ]
+        echo, total = _echo_total(results, f.get("concurrency")), f.get("total_ms_per_rpc")
+        share = f"{echo / total:.2f}" if echo and isinstance(total, int | float) and total else "—"
+        batch = meter.shown(f["mean_batch_size"]) if "mean_batch_size" in f else "—"
+        out.append(
+            f"| {name} | {f.get('concurrency')} | {f['cpu_rpcs']:,} | {' | '.join(cells)} "
+            f"| {share} | {batch} |"
+        )
+    return [*out, "", CPU_NOTES]
+
+
 SIZING_NOTES = """\
 - Entry sizing: one entry of RATION_MEMORY_MAX_ENTRY_BYTES (64 KiB) of each kind with no word
   breaks (random `ACGT`, CJK ideographs, emoji, base64), the cases that made a pure-Python BPE
@@ -217,6 +278,7 @@ def markdown(results: dict[str, Any], chart_drawn: bool) -> str:
         *_targets(results),
         *_ceilings(results),
         *_figures(results),
+        *_cpu(results),
         *_sizing(results),
     ]
     if chart_drawn:

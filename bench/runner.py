@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import shutil
 import tempfile
 import time
@@ -12,7 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import machine, pgbench, sizing
+from bench import machine, pgbench, procstat, sizing
+from bench.budget import FEW_CALLERS
 from bench.budget_flow import BudgetFlow
 from bench.database import (
     BenchDatabase,
@@ -20,10 +22,12 @@ from bench.database import (
     bench_database,
     max_connections,
     postgres_server,
+    postmaster_facts,
     server_version,
 )
 from bench.load import LoadSpec, run_load
 from bench.memory_flow import MemoryFlow
+from bench.meter import BATCH_METRIC, Meter, cpu_per_rpc, mean_batch_size, shown
 from bench.servers import ServerProcess, start_echo, start_service
 
 # Names accepted by --only (a prefix selects a group, e.g. "budget" or "memory.list").
@@ -32,7 +36,9 @@ FIGURES = (
     "pgbench.hot",
     "pgbench.spread",
     "echo",
+    f"echo_{FEW_CALLERS}",
     "budget.pairs_spread",
+    f"budget.pairs_spread_{FEW_CALLERS}",
     "budget.pairs_hot",
     "budget.check",
     "memory.append",
@@ -99,7 +105,17 @@ def _line(name: str, figure: dict[str, Any]) -> str:
         rate = f"{figure['tps']:>9,.0f} tps  "
     else:
         rate = f"{figure['rpc_per_s']:>9,.0f} RPC/s"
-    return f"{name:<30} {rate}  p50 {figure['p50_ms']:8.2f} ms  p99 {figure['p99_ms']:8.2f} ms"
+    line = f"{name:<30} {rate}  p50 {figure['p50_ms']:8.2f} ms  p99 {figure['p99_ms']:8.2f} ms"
+    if "cpu_rpcs" in figure:
+        line += (
+            f"  CPU ms/RPC server {shown(figure.get('server_ms_per_rpc'))}"
+            f" postgres {shown(figure.get('postgres_ms_per_rpc'))}"
+            f" load {shown(figure.get('load_ms_per_rpc'))}"
+            f" other {shown(figure.get('other_ms_per_rpc'))}"
+        )
+    if "mean_batch_size" in figure:
+        line += f"  batch {shown(figure['mean_batch_size'])}"
+    return line
 
 
 class Runner:
@@ -107,6 +123,7 @@ class Runner:
         self.config = config
         self.log_dir = Path(tempfile.mkdtemp(prefix="ration-bench-logs-"))
         self.results = Results(config={k: v for k, v in config.__dict__.items() if k != "log"})
+        self.postmaster: int | None = None
 
     def record(self, section: dict[str, dict[str, Any]], name: str, figure: dict[str, Any]) -> None:
         section[name] = figure
@@ -125,6 +142,7 @@ class Runner:
             self._sizing()
             with postgres_server() as server, bench_database(server) as database:
                 url = database.url
+                self._find_postmaster(url)
                 self.results.machine = machine.describe(server_version(url), server.source)
                 self.results.machine.update(
                     server_workers=self.config.workers,
@@ -175,6 +193,22 @@ class Runner:
             f", tiktoken {figure['worst_tiktoken_ms']:.1f} ms"
         )
 
+    def _find_postmaster(self, url: str) -> None:
+        """Postgres CPU is the whole cluster's: the postmaster's process tree, found through the
+        checkpointer the server reports; not measurable when Postgres runs elsewhere."""
+        try:
+            checkpointer, started = postmaster_facts(url)
+            self.postmaster, why = procstat.postmaster(checkpointer, started)
+        except Exception as exc:  # CPU per RPC of Postgres is then n/a; the run goes on
+            self.postmaster, why = None, f"{type(exc).__name__}: {str(exc)[-200:]}"
+        self.results.setup["cpu"] = {
+            "clock_ticks_per_s": procstat.clock_ticks(),
+            "postmaster_pid": self.postmaster,
+            **({"postgres_not_measured": why} if why else {}),
+        }
+        if why:
+            self.config.log(f"{'postgres CPU':<30} not measured: {why}")
+
     def _pgbench(self, server: Server, url: str) -> None:
         names = [n for n in ("hot", "spread") if self.config.selected(f"pgbench.{n}")]
         if not names:
@@ -212,21 +246,47 @@ class Runner:
         return [f"{k}.{s}" for k in kinds for s in self.config.sizes]
 
     def _echo(self) -> None:
-        if not self.config.selected("echo"):
+        """The echo ceiling at the usual callers in flight and at FEW_CALLERS (for the
+        Reserve+Consume figure at that many), on one echo server."""
+        plan = {"echo": self.config.concurrency, f"echo_{FEW_CALLERS}": FEW_CALLERS}
+        names = [name for name in plan if self.config.selected(name)]
+        if not names:
             return
         with start_echo(self.config.workers, self.log_dir) as server:
             server.wait_ready()
-            figure = self.load(self.config.spec("echo", server.address))
-            self.record(self.results.ceilings, "echo", {**figure, "server_workers": server.workers})
+            for name in names:
+                spec = self.config.spec("echo", server.address, concurrency=plan[name])
+                figure = self.load(spec, server)
+                self.record(
+                    self.results.ceilings, name, {**figure, "server_workers": server.workers}
+                )
 
-    def load(self, spec: LoadSpec, server: ServerProcess | None = None) -> dict[str, Any]:
-        """Runs one measurement; with a service, also how its workers shared the RPCs."""
+    def load(
+        self, spec: LoadSpec, server: ServerProcess | None = None, batches: bool = False
+    ) -> dict[str, Any]:
+        """Runs one measurement and what it cost: CPU per RPC of the server's processes, the
+        Postgres cluster and the load processes over the measured window; with a service, also
+        how its workers shared the RPCs, and with `batches` the mean batch size in that window
+        (from the budget service's /metrics)."""
+        scrape = None
+        if server is not None and batches:
+            names = [f"{BATCH_METRIC}_sum", f"{BATCH_METRIC}_count"]
+            scrape = functools.partial(server.metric_totals, names)
+        meter = Meter(
+            server=[server.popen.pid] if server else [], postgres=self.postmaster, scrape=scrape
+        )
         before = server.handled() if server else None
         try:
-            figure = run_load(spec).figure()
+            result = run_load(spec, meter)
         except Exception as exc:  # a crashed load process fails this figure, not the run
             reason = f"{type(exc).__name__}: {str(exc)[-500:]}"
             return {"scenario": spec.scenario, "status": "failed", "reason": reason}
+        figure = result.figure()
+        if figure.get("status") == "ok" and result.marks is not None:
+            first, last = result.marks
+            figure.update(cpu_per_rpc(first, last, result.rpcs_per_s, meter.hz))
+            if batches:
+                figure["mean_batch_size"] = mean_batch_size(first.metrics, last.metrics)
         after = server.handled() if server else None
         if before and after and sum(after) > sum(before):
             done = [b - a for a, b in zip(before, after, strict=True)]

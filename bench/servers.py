@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,10 +18,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from bench.echo import METHOD as ECHO_METHOD
+from bench.meter import metric_totals
 from ration_server import registry
 
 # What every worker prints once serving (counted, not parsed by line: workers share one log).
 READY = "ready: "
+HANDLED = "grpc_server_handled_total"
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,26 +57,37 @@ class ServerProcess:
     workers: int
     metrics_base: int = 0  # worker i serves /metrics on metrics_base + i; 0 = none
 
-    def handled(self) -> list[float] | None:
-        """RPCs each worker has handled so far (grpc_server_handled_total), or None."""
+    def _metrics_texts(self) -> list[str] | None:
+        """Each worker's /metrics exposition, or None (no metrics, or a worker did not answer)."""
         if not self.metrics_base:
             return None
-        counts = []
+        texts = []
         for i in range(self.workers):
             url = f"http://127.0.0.1:{self.metrics_base + i}/metrics"
             try:
                 with urllib.request.urlopen(url, timeout=5) as response:
-                    text = response.read().decode()
+                    texts.append(response.read().decode())
             except OSError:
                 return None
-            counts.append(
-                sum(
-                    float(line.rsplit(" ", 1)[1])
-                    for line in text.splitlines()
-                    if line.startswith("grpc_server_handled_total{")
-                )
-            )
-        return counts
+        return texts
+
+    def handled(self) -> list[float] | None:
+        """RPCs each worker has handled so far (grpc_server_handled_total), or None."""
+        texts = self._metrics_texts()
+        if texts is None:
+            return None
+        return [metric_totals(text, [HANDLED]).get(HANDLED, 0.0) for text in texts]
+
+    def metric_totals(self, names: Sequence[str]) -> dict[str, float] | None:
+        """The named samples summed over label sets and workers (absent names left out)."""
+        texts = self._metrics_texts()
+        if texts is None:
+            return None
+        totals: dict[str, float] = {}
+        for text in texts:
+            for name, value in metric_totals(text, names).items():
+                totals[name] = totals.get(name, 0.0) + value
+        return totals
 
     def ready_lines(self) -> int:
         try:

@@ -9,13 +9,16 @@ from budget_service.adapters.metrics import BudgetMetrics
 from budget_service.api.capabilities import BudgetCapabilities
 from budget_service.api.roles import REQUIRED_ROLES, SERVICE_NAME
 from budget_service.api.servicer import BudgetServicer
+from budget_service.domain.tenant_events import PollBackoff
 from budget_service.store.changes import EVENTS_CHANNEL
 from budget_service.store.event_hub import EventHub
+from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
 from budget_service.usecases.settings import BudgetSettings
 from budget_service.usecases.stream_slots import StreamSlots
 from budget_service.usecases.sweeper import Sweeper
+from budget_service.usecases.tenant_events import TenantStreams
 from budget_service.usecases.transactions import Transactions
 from ration.budget.v1 import budget_service_pb2_grpc
 from servicekit.db import Database
@@ -25,6 +28,8 @@ from servicekit.server import AppFactory, ServiceApp
 
 NAME = "budget"
 MIGRATIONS = MigrationSet("budget", "budget_service.store.migrations")
+# An idle tenant stream reads again after this, then doubling up to its configured longest.
+TENANT_STREAM_FIRST_POLL_SECONDS = 0.02
 
 
 def factory(settings: BudgetSettings) -> AppFactory:
@@ -36,6 +41,12 @@ def factory(settings: BudgetSettings) -> AppFactory:
             BudgetService(tx, hub, StreamSlots(settings.max_streams_per_tenant)),
             Reservations(tx),
             settings.max_hold_ttl_seconds,
+            SpendReports(tx),
+            TenantStreams(
+                database,
+                StreamSlots(settings.max_tenant_streams_per_tenant),
+                PollBackoff(TENANT_STREAM_FIRST_POLL_SECONDS, settings.tenant_stream_poll_seconds),
+            ),
         )
 
         def register(server: grpc.aio.Server) -> None:

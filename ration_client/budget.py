@@ -1,33 +1,55 @@
-"""BudgetClient: the budget service for orchestrators, with a hold helper around each call."""
+"""BudgetClient: the budget service for orchestrators, with a hold helper around each call.
+
+Every method returns the typed views of `ration_client.views` (Decimal USD for cost, None for
+unbounded limits, enum members), never protobuf messages."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
-from types import TracebackType
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any
 
 import grpc
 
 from ration.budget.v1 import budget_pb2, budget_service_pb2_grpc
+from ration_client import convert
 from ration_client._rpc import Client, new_request_id
-from ration_client.errors import Unavailable, decode
+from ration_client.errors import decode
+from ration_client.holds import Prices, Reservation, WorstCase
+from ration_client.views import (
+    NANOS_PER_USD,
+    Amounts,
+    Capabilities,
+    CheckResult,
+    CloseResult,
+    ConsumeResult,
+    Dimension,
+    Enforcement,
+    Policy,
+    ReservationInfo,
+    ReserveMode,
+    ReserveResult,
+    Run,
+    RunEvent,
+    RunEventType,
+    RunOutcome,
+    Scope,
+    ScopeBudget,
+    ScopeBudgetKind,
+    SpendGroupBy,
+    SpendPage,
+    SpendRow,
+    TenantEvent,
+    Window,
+    usd,
+)
 
-Amounts = budget_pb2.Amounts
-BudgetPolicy = budget_pb2.BudgetPolicy
-ModelPatterns = budget_pb2.ModelPatterns
-NANOS_PER_USD = 1_000_000_000
+__all__ = ["NANOS_PER_USD", "BudgetClient", "usd"]
 
-
-def usd(amount: str | int) -> int:
-    """Exact USD → nanos from a decimal string or int (never a float): usd("0.25")."""
-    from decimal import Decimal
-
-    nanos = Decimal(str(amount)) * NANOS_PER_USD
-    if nanos != nanos.to_integral_value():
-        raise ValueError(f"{amount} USD is finer than a nano")
-    return int(nanos)
+# Inputs: the client's views or the protobuf messages (accepted as before).
+AmountsInput = Amounts | budget_pb2.Amounts
+PolicyInput = Policy | budget_pb2.BudgetPolicy
 
 
 class BudgetClient(Client):
@@ -50,6 +72,8 @@ class BudgetClient(Client):
         )
         self._stub = budget_service_pb2_grpc.BudgetServiceStub(self._rpc.channel)  # type: ignore[no-untyped-call]
 
+    # ---- runs ------------------------------------------------------------------------------
+
     async def open_run(
         self,
         run_id: str,
@@ -57,81 +81,119 @@ class BudgetClient(Client):
         project_id: str,
         workflow_id: str = "",
         agent_id: str = "",
-        policy: budget_pb2.BudgetPolicy | None = None,
+        policy: PolicyInput | None = None,
         request_id: str | None = None,
-    ) -> budget_pb2.Run:
+    ) -> Run:
         request = budget_pb2.OpenRunRequest(
             request_id=request_id or new_request_id(),
             run_id=run_id,
             project_id=project_id,
             workflow_id=workflow_id,
             agent_id=agent_id,
-            policy=policy,
+            policy=convert.policy_message(policy),
         )
-        return (await self._rpc.unary(self._stub.OpenRun, request)).run
+        return convert.run((await self._rpc.unary(self._stub.OpenRun, request)).run)
 
-    async def get_run(self, run_id: str) -> budget_pb2.Run:
+    async def get_run(self, run_id: str) -> Run:
         request = budget_pb2.GetRunRequest(run_id=run_id)
-        return (await self._rpc.unary(self._stub.GetRun, request)).run
+        return convert.run((await self._rpc.unary(self._stub.GetRun, request)).run)
+
+    async def close_run(
+        self,
+        run_id: str,
+        outcome: RunOutcome = RunOutcome.SUCCEEDED,
+        *,
+        request_id: str | None = None,
+    ) -> CloseResult:
+        request = budget_pb2.CloseRunRequest(
+            request_id=request_id or new_request_id(),
+            run_id=run_id,
+            outcome=convert.OUTCOMES.number(outcome),
+        )
+        return convert.close_result(await self._rpc.unary(self._stub.CloseRun, request))
+
+    async def resume_run(
+        self,
+        run_id: str,
+        *,
+        delta: AmountsInput,
+        approver: str,
+        request_id: str | None = None,
+    ) -> Run:
+        """Approves an INTERRUPTED run (admin or approver token). The server records the
+        token's principal as the approver; `approver` is only a note (no secrets)."""
+        request = budget_pb2.ResumeRunRequest(
+            request_id=request_id or new_request_id(),
+            run_id=run_id,
+            delta=convert.amounts_message(delta),
+            approver=approver,
+        )
+        return convert.run((await self._rpc.unary(self._stub.ResumeRun, request)).run)
+
+    # ---- the per-call protocol -------------------------------------------------------------
 
     async def reserve(
         self,
         run_id: str,
         *,
         model: str,
-        estimate: budget_pb2.Amounts,
+        estimate: AmountsInput,
         ttl_seconds: int = 0,
-        mode: budget_pb2.ReserveMode = budget_pb2.RESERVE_MODE_ALL_OR_NOTHING,
+        mode: ReserveMode = ReserveMode.ALL_OR_NOTHING,
         request_id: str | None = None,
-    ) -> budget_pb2.ReserveResponse:
+    ) -> ReserveResult:
         request = budget_pb2.ReserveRequest(
             request_id=request_id or new_request_id(),
             run_id=run_id,
             model=model,
-            estimate=estimate,
+            estimate=convert.amounts_message(estimate),
             ttl_seconds=ttl_seconds,
-            mode=mode,
+            mode=convert.MODES.number(mode),
         )
-        return await self._rpc.unary(self._stub.Reserve, request)
+        return convert.reserve_result(await self._rpc.unary(self._stub.Reserve, request))
 
     async def consume(
         self,
         run_id: str,
         *,
-        usage: budget_pb2.Amounts,
+        usage: AmountsInput,
         model: str = "",
         reservation_id: str = "",
         request_id: str | None = None,
-    ) -> budget_pb2.ConsumeResponse:
+    ) -> ConsumeResult:
         request = budget_pb2.ConsumeRequest(
             request_id=request_id or new_request_id(),
             run_id=run_id,
             reservation_id=reservation_id,
             model=model,
-            usage=usage,
+            usage=convert.amounts_message(usage),
         )
-        return await self._rpc.unary(self._stub.Consume, request)
+        return convert.consume_result(await self._rpc.unary(self._stub.Consume, request))
 
     async def release(
         self, run_id: str, reservation_id: str, *, request_id: str | None = None
-    ) -> budget_pb2.Reservation:
+    ) -> ReservationInfo:
         request = budget_pb2.ReleaseRequest(
             request_id=request_id or new_request_id(), run_id=run_id, reservation_id=reservation_id
         )
-        return (await self._rpc.unary(self._stub.Release, request)).reservation
+        reply = await self._rpc.unary(self._stub.Release, request)
+        return convert.reservation(reply.reservation)
 
     async def check(
         self,
         run_id: str,
         *,
-        estimate: budget_pb2.Amounts | None = None,
+        estimate: AmountsInput | None = None,
         model: str = "",
         authorization: str | None = None,
-    ) -> budget_pb2.CheckResponse:
+    ) -> CheckResult:
         """The run's balances; `authorization` forwards a caller's own header instead of this
         client's token (the memory service's ListMemory clamp checks in its caller's tenant)."""
-        request = budget_pb2.CheckRequest(run_id=run_id, estimate=estimate, model=model)
-        return await self._rpc.unary(self._stub.Check, request, authorization=authorization)
+        request = budget_pb2.CheckRequest(
+            run_id=run_id, estimate=convert.amounts_message(estimate), model=model
+        )
+        reply = await self._rpc.unary(self._stub.Check, request, authorization=authorization)
+        return convert.check_result(reply)
 
     async def remaining_tokens(
         self, run_id: str, *, authorization: str | None = None
@@ -140,56 +202,76 @@ class BudgetClient(Client):
         no limit bounds its tokens."""
         reply = await self.check(run_id, authorization=authorization)
         remaining = [
-            d.remaining
+            int(d.remaining)
             for d in reply.dimensions
-            if d.dimension == budget_pb2.DIMENSION_TOKENS and d.HasField("remaining")
+            if d.dimension is Dimension.TOKENS and d.remaining is not None
         ]
         return min(remaining) if remaining else None
 
-    async def close_run(
-        self,
-        run_id: str,
-        outcome: budget_pb2.RunOutcome = budget_pb2.RUN_OUTCOME_SUCCEEDED,
-        *,
-        request_id: str | None = None,
-    ) -> budget_pb2.CloseRunResponse:
-        request = budget_pb2.CloseRunRequest(
-            request_id=request_id or new_request_id(), run_id=run_id, outcome=outcome
-        )
-        return await self._rpc.unary(self._stub.CloseRun, request)
-
-    async def resume_run(
+    def call(
         self,
         run_id: str,
         *,
-        delta: budget_pb2.Amounts,
-        approver: str,
-        request_id: str | None = None,
-    ) -> budget_pb2.Run:
-        """Approves an INTERRUPTED run (admin or approver token). The server records the
-        token's principal as the approver; `approver` is only a note (no secrets)."""
-        request = budget_pb2.ResumeRunRequest(
-            request_id=request_id or new_request_id(), run_id=run_id, delta=delta, approver=approver
-        )
-        return (await self._rpc.unary(self._stub.ResumeRun, request)).run
+        model: str,
+        estimate: AmountsInput | None = None,
+        prompt_tokens: int = 0,
+        max_output_tokens: int | None = None,
+        prices: Prices | None = None,
+        ttl_seconds: int = 0,
+        mode: ReserveMode = ReserveMode.ALL_OR_NOTHING,
+    ) -> Reservation:
+        """`async with budget.call(run_id, model=…, estimate=…) as hold:` then
+        `await hold.consume(usage)`. A hold not consumed inside the block is released on exit,
+        also on errors and cancellation.
 
-    async def list_events(self, run_id: str, after_seq: int = 0) -> list[budget_pb2.RunEvent]:
+        Or reserve the worst case instead of an estimate: `prompt_tokens` + `max_output_tokens`
+        tokens and, with `prices`, what they cost at most; then `hold.max_tokens` is the
+        max_tokens to give the model so that the call fits the grant (under ReserveMode.UP_TO
+        it may be less than max_output_tokens, 0 when not even the prompt fits). A call made
+        with at most that many output tokens cannot overrun its hold."""
+        worst_case = None
+        if max_output_tokens is not None:
+            if estimate is not None:
+                raise ValueError("pass either estimate or max_output_tokens, not both")
+            worst_case = WorstCase(prompt_tokens, max_output_tokens, prices)
+            estimate = worst_case.estimate
+        elif estimate is None:
+            raise ValueError("pass an estimate, or max_output_tokens (and prompt_tokens, prices)")
+        elif prices is not None or prompt_tokens:
+            raise ValueError("prompt_tokens and prices go with max_output_tokens")
+        return Reservation(
+            self, run_id, model, _amounts(estimate), ttl_seconds, mode, worst_case=worst_case
+        )
+
+    def tool_call(self, run_id: str, *, count: int = 1, ttl_seconds: int = 0) -> Reservation:
+        """A hold of `count` tool calls; consume it after the tool ran."""
+        estimate = Amounts(tool_calls=count)
+        return Reservation(self, run_id, "", estimate, ttl_seconds, ReserveMode.ALL_OR_NOTHING)
+
+    def retry(self, run_id: str, *, ttl_seconds: int = 0) -> Reservation:
+        """A hold of one retry, before re-running a failed step."""
+        estimate = Amounts(retries=1)
+        return Reservation(self, run_id, "", estimate, ttl_seconds, ReserveMode.ALL_OR_NOTHING)
+
+    # ---- events ----------------------------------------------------------------------------
+
+    async def list_events(self, run_id: str, after_seq: int = 0) -> list[RunEvent]:
         """Every event after `after_seq`, following pages."""
-        events: list[budget_pb2.RunEvent] = []
+        events: list[RunEvent] = []
         token = ""
         while True:
             request = budget_pb2.ListRunEventsRequest(
                 run_id=run_id, after_seq=after_seq, page_size=500, page_token=token
             )
             reply = await self._rpc.unary(self._stub.ListRunEvents, request)
-            events.extend(reply.events)
+            events.extend(convert.run_event(e) for e in reply.events)
             token = reply.next_page_token
             if not token:
                 return events
 
     async def watch(
         self, run_id: str, after_seq: int = 0, *, max_reconnects: int = 20
-    ) -> AsyncIterator[budget_pb2.RunEvent]:
+    ) -> AsyncIterator[RunEvent]:
         """Follows WatchRunEvents, resuming after the last seq seen when the stream drops."""
         last, reconnects = after_seq, 0
         while True:
@@ -199,7 +281,7 @@ class BudgetClient(Client):
                 async for reply in stream:
                     reconnects = 0
                     last = reply.event.seq
-                    yield reply.event
+                    yield convert.run_event(reply.event)
                 return
             except grpc.aio.AioRpcError as error:
                 if error.code() != grpc.StatusCode.UNAVAILABLE or reconnects >= max_reconnects:
@@ -209,112 +291,167 @@ class BudgetClient(Client):
             finally:
                 stream.cancel()
 
-    def call(
+    async def watch_tenant(
         self,
-        run_id: str,
+        after_cursor: str = "",
         *,
-        model: str,
-        estimate: budget_pb2.Amounts,
-        ttl_seconds: int = 0,
-        mode: budget_pb2.ReserveMode = budget_pb2.RESERVE_MODE_ALL_OR_NOTHING,
-    ) -> Reservation:
-        """`async with budget.call(run_id, model=…, estimate=…) as hold:` then
-        `await hold.consume(usage)`. A hold not consumed inside the block is released on exit,
-        also on errors and cancellation."""
-        return Reservation(self, run_id, model, estimate, ttl_seconds, mode)
-
-    def tool_call(self, run_id: str, *, count: int = 1, ttl_seconds: int = 0) -> Reservation:
-        """A hold of `count` tool calls; consume it after the tool ran."""
-        return Reservation(
-            self,
-            run_id,
-            "",
-            budget_pb2.Amounts(tool_calls=count),
-            ttl_seconds,
-            budget_pb2.RESERVE_MODE_ALL_OR_NOTHING,
+        event_types: Sequence[RunEventType] = (),
+        run_ids: Sequence[str] = (),
+        project_ids: Sequence[str] = (),
+        start_at_latest: bool = False,
+        max_reconnects: int = 20,
+    ) -> AsyncGenerator[TenantEvent, None]:
+        """Follows WatchTenantEvents (a reader token): every event of the tenant's runs that
+        matches the filter, in the tenant's order, and checkpoints (`event` None). When the
+        stream drops it resumes after the last cursor seen, so nothing is missed or repeated;
+        store `cursor` to resume later, in this process or another."""
+        wanted = budget_pb2.TenantEventFilter(
+            event_types=[convert.EVENT_TYPES.number(t) for t in event_types],
+            run_ids=list(run_ids),
+            project_ids=list(project_ids),
         )
+        cursor, reconnects = after_cursor, 0
+        while True:
+            request = budget_pb2.WatchTenantEventsRequest(
+                after_cursor=cursor, filter=wanted, start_at_latest=start_at_latest and not cursor
+            )
+            stream = self._stub.WatchTenantEvents(request, metadata=self._rpc.metadata)
+            try:
+                async for reply in stream:
+                    reconnects = 0
+                    cursor = reply.cursor
+                    yield convert.tenant_event(reply)
+                return
+            except grpc.aio.AioRpcError as error:
+                if error.code() != grpc.StatusCode.UNAVAILABLE or reconnects >= max_reconnects:
+                    raise decode(error) from None
+                reconnects += 1
+                await asyncio.sleep(min(0.05 * 2**reconnects, 2.0))
+            finally:
+                stream.cancel()
 
-    def retry(self, run_id: str, *, ttl_seconds: int = 0) -> Reservation:
-        """A hold of one retry, before re-running a failed step."""
-        return Reservation(
-            self,
-            run_id,
-            "",
-            budget_pb2.Amounts(retries=1),
-            ttl_seconds,
-            budget_pb2.RESERVE_MODE_ALL_OR_NOTHING,
-        )
+    # ---- scope budgets (admin) -------------------------------------------------------------
 
-
-class Reservation:
-    """One reservation around one call: granted amounts in, usage out, never leaked."""
-
-    def __init__(
+    async def put_scope_budget(
         self,
-        client: BudgetClient,
-        run_id: str,
-        model: str,
-        estimate: budget_pb2.Amounts,
-        ttl_seconds: int,
-        mode: budget_pb2.ReserveMode,
-    ) -> None:
-        self._client = client
-        self.run_id = run_id
-        self.model = model
-        self._estimate = estimate
-        self._ttl = ttl_seconds
-        self._mode = mode
-        self.reservation = budget_pb2.Reservation()
-        self.settled = False
-        self.consumed: budget_pb2.ConsumeResponse | None = None
-
-    @property
-    def reservation_id(self) -> str:
-        return str(self.reservation.reservation_id)
-
-    @property
-    def granted(self) -> budget_pb2.Amounts:
-        return self.reservation.granted
-
-    async def __aenter__(self) -> Reservation:
-        reply = await self._client.reserve(
-            self.run_id,
-            model=self.model,
-            estimate=self._estimate,
-            ttl_seconds=self._ttl,
-            mode=self._mode,
+        scope: Scope,
+        scope_id: str,
+        kind: ScopeBudgetKind,
+        *,
+        policy: PolicyInput | None = None,
+        window: Window = Window.NONE,
+        enforcement: Enforcement = Enforcement.HARD,
+        model_match: str = "",
+        request_id: str | None = None,
+    ) -> ScopeBudget:
+        """Creates or replaces the budget of a project, workflow or agent (admin token)."""
+        budget = budget_pb2.ScopeBudget(
+            scope=convert.SCOPES.number(scope),
+            scope_id=scope_id,
+            kind=convert.KINDS.number(kind),
+            policy=convert.policy_message(policy),
+            window=convert.WINDOWS.number(window),
+            enforcement=convert.ENFORCEMENTS.number(enforcement),
+            model_match=model_match,
         )
-        self.reservation = reply.reservation
-        return self
-
-    async def consume(self, usage: budget_pb2.Amounts) -> budget_pb2.ConsumeResponse:
-        """Records what the provider billed and settles the hold (never refused for budget)."""
-        self.consumed = await self._client.consume(
-            self.run_id, usage=usage, model=self.model, reservation_id=self.reservation_id
+        request = budget_pb2.PutScopeBudgetRequest(
+            request_id=request_id or new_request_id(), budget=budget
         )
-        self.settled = True
-        return self.consumed
+        reply = await self._rpc.unary(self._stub.PutScopeBudget, request)
+        return convert.scope_budget(reply.budget)
 
-    async def release(self) -> None:
-        if not self.settled:
-            await self._client.release(self.run_id, self.reservation_id)
-            self.settled = True
+    async def get_scope_budget(
+        self, scope: Scope, scope_id: str, kind: ScopeBudgetKind
+    ) -> ScopeBudget:
+        """The budget as stored, and for a pool its current window's `balance` (admin)."""
+        request = budget_pb2.GetScopeBudgetRequest(
+            scope=convert.SCOPES.number(scope), scope_id=scope_id, kind=convert.KINDS.number(kind)
+        )
+        return convert.get_scope_budget(await self._rpc.unary(self._stub.GetScopeBudget, request))
 
-    async def __aexit__(
+    async def delete_scope_budget(
         self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
+        scope: Scope,
+        scope_id: str,
+        kind: ScopeBudgetKind,
+        *,
+        request_id: str | None = None,
     ) -> None:
-        if self.settled:
-            return
-        # Shielded so a cancelled task still releases; if the service is unreachable the hold
-        # expires on its own at expires_at.
-        release = asyncio.ensure_future(self.release())
-        with contextlib.suppress(Unavailable):
-            await asyncio.shield(release)
+        """Deletes a scope budget (an absent one too); opened runs keep what they resolved."""
+        request = budget_pb2.DeleteScopeBudgetRequest(
+            request_id=request_id or new_request_id(),
+            scope=convert.SCOPES.number(scope),
+            scope_id=scope_id,
+            kind=convert.KINDS.number(kind),
+        )
+        await self._rpc.unary(self._stub.DeleteScopeBudget, request)
+
+    # ---- capabilities and reports ----------------------------------------------------------
+
+    async def capabilities(self) -> Capabilities:
+        request = budget_pb2.GetCapabilitiesRequest()
+        return convert.capabilities(await self._rpc.unary(self._stub.GetCapabilities, request))
+
+    async def report_spend(
+        self,
+        start: datetime,
+        end: datetime,
+        group_by: SpendGroupBy,
+        *,
+        project_id: str = "",
+        workflow_id: str = "",
+        agent_id: str = "",
+        model: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> SpendPage:
+        """One page of the tenant's recorded spend in [start, end) (aware datetimes, at most
+        366 days), grouped by `group_by`, optionally filtered by exact owner or model ids.
+        Exact sums of the ledger; pass `next_page_token` back for the next page."""
+        request = budget_pb2.ReportSpendRequest(
+            start_time=convert.timestamp_of(start),
+            end_time=convert.timestamp_of(end),
+            group_by=convert.SPEND_GROUPS.number(group_by),
+            filter=budget_pb2.SpendFilter(
+                project_id=project_id, workflow_id=workflow_id, agent_id=agent_id, model=model
+            ),
+            page_size=page_size,
+            page_token=page_token,
+        )
+        return convert.spend_page(await self._rpc.unary(self._stub.ReportSpend, request))
+
+    async def report_spend_all(
+        self,
+        start: datetime,
+        end: datetime,
+        group_by: SpendGroupBy,
+        *,
+        project_id: str = "",
+        workflow_id: str = "",
+        agent_id: str = "",
+        model: str = "",
+        page_size: int = 0,
+    ) -> list[SpendRow]:
+        """Every row of the report, following pages."""
+        rows: list[SpendRow] = []
+        token = ""
+        while True:
+            page = await self.report_spend(
+                start,
+                end,
+                group_by,
+                project_id=project_id,
+                workflow_id=workflow_id,
+                agent_id=agent_id,
+                model=model,
+                page_size=page_size,
+                page_token=token,
+            )
+            rows.extend(page.rows)
+            token = page.next_page_token
+            if not token:
+                return rows
 
 
-# The name this context manager had in earlier releases (DESIGN 3.9 says "hold"): kept so
-# that existing callers keep importing it.
-Hold = Reservation
+def _amounts(value: AmountsInput) -> Amounts:
+    return value if isinstance(value, Amounts) else convert.amounts(value)

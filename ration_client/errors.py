@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
+
+from ration_client.views import Dimension, Quantity, Scope
 
 
 class RationError(Exception):
@@ -34,33 +38,95 @@ class RationError(Exception):
         )
 
     @property
-    def retry_after_seconds(self) -> float:
-        """The server's RetryInfo delay, or 1 s when it sent none."""
+    def retry_after(self) -> timedelta | None:
+        """The server's RetryInfo delay; None when it sent none."""
         for detail in self.details:
             if isinstance(detail, error_details_pb2.RetryInfo):
                 delay = detail.retry_delay
-                return float(delay.seconds + delay.nanos / 1e9)
-        return 1.0
+                return timedelta(seconds=delay.seconds, microseconds=delay.nanos // 1000)
+        return None
+
+    @property
+    def retry_after_seconds(self) -> float:
+        """The server's RetryInfo delay in seconds, or 1 s when it sent none."""
+        delay = self.retry_after
+        return 1.0 if delay is None else delay.total_seconds()
+
+    def _integer(self, key: str) -> int | None:
+        text = self.metadata.get(key, "")
+        try:
+            return int(text)
+        except ValueError:
+            return None
 
 
 class _Limit(RationError):
-    """A limit that was hit: dimension, limit and observed value, as the server reported them."""
+    """A memory limit that was hit: its dimension, limit and observed value (integers)."""
 
     @property
     def dimension(self) -> str:
         return self.metadata.get("dimension", "")
 
     @property
-    def limit(self) -> str:
-        return self.metadata.get("limit", "")
+    def limit(self) -> int | None:
+        return self._integer("limit")
 
     @property
-    def observed(self) -> str:
-        return self.metadata.get("observed", "")
+    def observed(self) -> int | None:
+        return self._integer("observed")
 
 
-class BudgetExhausted(_Limit):
-    """The run (or a pool it draws on) has no budget left for this call; the run stopped."""
+class _BudgetAmounts(RationError):
+    """A budget refusal about one dimension: amounts are Decimal USD for cost, ints otherwise
+    (None when the server sent none)."""
+
+    @property
+    def dimension(self) -> Dimension | None:
+        text = self.metadata.get("dimension", "")
+        try:
+            return Dimension(text)
+        except ValueError:
+            return None
+
+    def _amount(self, key: str) -> Quantity | None:
+        text = self.metadata.get(key, "")
+        if not text:
+            return None
+        if self.dimension is Dimension.COST:
+            try:
+                return Decimal(text)
+            except InvalidOperation:
+                return None
+        return self._integer(key)
+
+    @property
+    def limit(self) -> Quantity | None:
+        return self._amount("limit")
+
+    @property
+    def scope(self) -> Scope | None:
+        """The scope whose balance refused (the run, or a pool's scope), when the server named
+        it."""
+        try:
+            return Scope(self.metadata.get("scope", ""))
+        except ValueError:
+            return None
+
+    @property
+    def scope_id(self) -> str:
+        """The id of that scope (project, workflow or agent id); empty for the run itself."""
+        return self.metadata.get("scopeId", "")
+
+
+class BudgetExhausted(_BudgetAmounts):
+    """The run (or a pool it draws on) has no budget left for this call: `dimension`, `limit`
+    and `observed` (what the call would have reached), `scope`/`scope_id` of the balance and,
+    for a windowed pool, `retry_after` (until its next window). All None on a run that had
+    already failed."""
+
+    @property
+    def observed(self) -> Quantity | None:
+        return self._amount("observed")
 
 
 class _RetryLater(RationError):
@@ -72,12 +138,25 @@ class TenantBusy(_RetryLater):
     Retry after `retry_after_seconds`."""
 
     @property
-    def limit(self) -> str:
-        return self.metadata.get("limit", "")
+    def limit(self) -> int | None:
+        return self._integer("limit")
 
 
-class BudgetHeld(_RetryLater):
-    """Open holds take the room this call needs; retry after `retry_after_seconds`."""
+class BudgetHeld(_BudgetAmounts, _RetryLater):
+    """Open holds take the room this call needs; retry after `retry_after_seconds`. Amounts
+    (`limit`, `consumed`, `held`, `requested`) are Decimal USD for cost, ints otherwise."""
+
+    @property
+    def consumed(self) -> Quantity | None:
+        return self._amount("consumed")
+
+    @property
+    def held(self) -> Quantity | None:
+        return self._amount("held")
+
+    @property
+    def requested(self) -> Quantity | None:
+        return self._amount("requested")
 
 
 class ModelDenied(RationError):
@@ -86,8 +165,16 @@ class ModelDenied(RationError):
         return self.metadata.get("model", "")
 
     @property
-    def scope(self) -> str:
-        return self.metadata.get("scope", "")
+    def scope(self) -> Scope | None:
+        """The scope whose model lists denied the model."""
+        try:
+            return Scope(self.metadata.get("scope", ""))
+        except ValueError:
+            return None
+
+    @property
+    def scope_id(self) -> str:
+        return self.metadata.get("scopeId", "")
 
 
 class RunInterrupted(RationError):
@@ -167,12 +254,23 @@ class HistoryWindowExceeded(RationError):
 
 
 class TooManyStreams(_RetryLater):
-    """The tenant holds as many event streams as the server allows (metadata `limit`); retry
-    after `retry_after_seconds`, or close a stream."""
+    """The tenant holds as many event streams as the server allows (`limit`); retry after
+    `retry_after_seconds`, or close a stream."""
+
+    @property
+    def limit(self) -> int | None:
+        return self._integer("limit")
 
 
 class Unavailable(RationError):
     """The service or its database is unreachable (fails closed); safe to retry."""
+
+
+class StoreBusy(Unavailable):
+    """STORE_BUSY: the database is up but the server's connections stayed in use for as long
+    as the call's deadline allowed; nothing was done. Retryable like any UNAVAILABLE (the
+    client retries it with the same request_id), after `retry_after_seconds`; a longer
+    deadline lets the server wait longer."""
 
 
 BY_REASON: dict[str, type[RationError]] = {
@@ -201,6 +299,7 @@ BY_REASON: dict[str, type[RationError]] = {
     "RELEVANCE_UNAVAILABLE": RelevanceUnavailable,
     "HISTORY_WINDOW_EXCEEDED": HistoryWindowExceeded,
     "STORE_UNAVAILABLE": Unavailable,
+    "STORE_BUSY": StoreBusy,
     "TOO_MANY_STREAMS": TooManyStreams,
     "TENANT_BUSY": TenantBusy,
 }

@@ -1,4 +1,5 @@
-"""The `ration` command: `up`, `budget serve`, `memory serve`, `migrate`, `demo`."""
+"""The `ration` command: `up`, `budget serve`, `memory serve`, `migrate`, `demo`, `report`,
+`notify`."""
 
 from __future__ import annotations
 
@@ -161,6 +162,33 @@ async def _demo(budget: str | None, memory: str | None, env: Env, stop: Stop) ->
     return 0
 
 
+async def _report(args: argparse.Namespace, stop: Stop) -> int:
+    """Prints a spend report of a running budget service (RATION_TOKEN: a reader token)."""
+    from ration_client import RationError
+    from ration_server.report import run_report
+
+    async with stop.watching():
+        try:
+            await stop.race(run_report(args, token=os.environ.get("RATION_TOKEN")))
+        except RationError as error:
+            print(f"ration report: {error}", file=sys.stderr)
+            return 1
+    return 0
+
+
+async def _notify(env: Env, stop: Stop) -> int:
+    """Follows the configured tenants' events and POSTs alerts until stopped (exit 0)."""
+    from ration_server.notify import run_notify
+
+    async with stop.watching():
+        try:
+            return await run_notify(env, stop)
+        except Interrupted:
+            pass
+    say("stopped")
+    return 0
+
+
 async def _supervise(service: str, workers: int, env: Env, stop: Stop) -> int:
     from servicekit.workers import check_ports, supervise
 
@@ -189,6 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo = commands.add_parser("demo", help="a scripted agent run under a budget, shown live")
     demo.add_argument("--budget", help="budget service address (default: start a local stack)")
     demo.add_argument("--memory", help="memory service address")
+    from ration_server.report import add_arguments
+
+    report = commands.add_parser("report", help="spend of a time window (ReportSpend), as a table")
+    add_arguments(report)
+    commands.add_parser(
+        "notify", help="POST budget alerts of the tenants' event streams to webhooks"
+    )
     args = parser.parse_args(argv)
 
     env = Env()
@@ -202,6 +237,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not (args.budget and args.memory):
                 logs.configure("WARNING", logs.log_format(env))  # the demo's lines are the output
             return asyncio.run(_demo(args.budget, args.memory, env, stop))
+        if args.command == "report":
+            logs.configure("WARNING", logs.log_format(env))  # the table is the output
+            return asyncio.run(_report(args, stop))
+        if args.command == "notify":
+            return asyncio.run(_notify(env, stop))
         workers = env.integer("RATION_WORKERS", 1, minimum=1)
         if workers > 1:
             return asyncio.run(_supervise(args.command, workers, env, stop))

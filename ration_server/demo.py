@@ -8,17 +8,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ration.budget.v1 import budget_pb2
 from ration.memory.v1 import memory_pb2
 from ration_client import (
     Amounts,
     BudgetClient,
     BudgetExhausted,
     BudgetPolicy,
+    Dimension,
     MemoryClient,
     ModelPatterns,
     usd,
 )
+from ration_client.views import nanos_to_usd
 
 MODEL = "gpt-4o-mini"
 SEED_MEMORIES = (
@@ -143,28 +144,23 @@ async def run_demo(
         listed = await memory.list(memory_ref, token_budget=400)
         redacted = [item.content for item in listed.entries if "[REDACTED:" in item.content]
         say(f"memory after the run: {redacted[0] if redacted else '(no redacted entry listed)'}")
-        totals: dict[int, budget_pb2.DimensionStatus] = {
-            int(status.dimension): status
-            for status in run.dimensions
-            if not status.binding_scope_id
-        }
         say("")
         say("summary (billed: what the provider reported; consumed and limit: GetRun)")
         say(f"{'dimension':<12}{'billed':>12}{'consumed':>12}{'limit':>12}")
         summary: dict[str, object] = {"run_id": run_id, "stopped_by": stopped_by}
-        rows: tuple[tuple[int, str, float], ...] = (
-            (budget_pb2.DIMENSION_COST, "cost (USD)", 1e9),
-            (budget_pb2.DIMENSION_TOOL_CALLS, "tool calls", 1),
-            (budget_pb2.DIMENSION_TOKENS, "tokens", 1),
+        rows = (
+            (Dimension.COST, "cost (USD)"),
+            (Dimension.TOOL_CALLS, "tool calls"),
+            (Dimension.TOKENS, "tokens"),
         )
-        for dimension, name, scale in rows:
-            status = totals.get(int(dimension))
-            if status is None:
-                continue
-            limit = f"{status.limit / scale:g}" if status.HasField("limit") else "unbounded"
-            say(f"{name:<12}{billed[name] / scale:>12g}{status.consumed / scale:>12g}{limit:>12}")
-            summary[name] = (billed[name], status.consumed)
-        state = budget_pb2.RunState.Name(run.state).removeprefix("RUN_STATE_")
+        for dimension, name in rows:
+            status = run.status(dimension)  # the run's own (Decimal USD for cost)
+            amount = billed[name]
+            spent = nanos_to_usd(amount) if dimension is Dimension.COST else amount
+            limit = "unbounded" if status.limit is None else f"{float(status.limit):g}"
+            say(f"{name:<12}{float(spent):>12g}{float(status.consumed):>12g}{limit:>12}")
+            summary[name] = (spent, status.consumed)
+        state = run.state.name
         say(f"run state: {state} {run.failure_code}".rstrip())
         summary["state"] = state
         summary["redacted"] = redacted

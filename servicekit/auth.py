@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextvars
+import functools
 import hashlib
 import json
 import re
@@ -34,8 +35,17 @@ class Identity:
     # Who the caller is, as recorded (e.g. as a ResumeRun approver): never the token itself.
     principal: str = ""
 
+    @functools.cached_property
+    def _grants_role(self) -> dict[str, bool]:
+        """Whether this identity holds each role asked so far (roles come from code, so few):
+        the check of every call, once per identity."""
+        return {}
+
     def require(self, role: str) -> None:
-        if not any(_grants(r, role) for r in self.roles):
+        granted = self._grants_role.get(role)
+        if granted is None:
+            granted = self._grants_role[role] = any(_grants(r, role) for r in self.roles)
+        if not granted:
             raise DomainError(
                 ErrorKind.FORBIDDEN,
                 "ROLE_REQUIRED",
@@ -72,7 +82,7 @@ identity_var: contextvars.ContextVar[Identity] = contextvars.ContextVar("identit
 
 
 def current_identity() -> Identity:
-    """The authenticated caller of the RPC being served (set by the auth interceptor)."""
+    """The authenticated caller of the RPC being served (set by the call interceptor)."""
     return identity_var.get()
 
 

@@ -50,7 +50,7 @@ CALL_DEADLINE = _CallDeadline()
 
 
 def current_deadline() -> float | None:
-    """The current RPC's deadline on time.monotonic()'s clock (set by the metrics interceptor)."""
+    """The current RPC's deadline on time.monotonic()'s clock (set by the call interceptor)."""
     return deadline_var.get()
 
 

@@ -1,16 +1,26 @@
-"""The asyncpg pool and the one way to run a transaction, failing closed as STORE_UNAVAILABLE."""
+"""The asyncpg pool and the one way to run a transaction, failing closed as STORE_UNAVAILABLE.
+
+Two reasons, never confused: STORE_UNAVAILABLE means Postgres is unreachable (a connection
+failed) or a statement timed out; STORE_BUSY means Postgres is fine but every pooled connection
+stayed in use for as long as the call's deadline allows (or serialization conflicts kept
+aborting the transaction). A full pool is waited on, not refused: within the current RPC's
+deadline (servicekit.cpu.current_deadline), keeping a share of it for the work itself, or for
+the acquire timeout when the call has no deadline (background work, probes).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import asyncpg
 
-from servicekit.errors import store_unavailable
+from servicekit.cpu import current_deadline
+from servicekit.errors import store_busy, store_unavailable
 from servicekit.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
@@ -39,6 +49,12 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.DeadlockDetectedError,
 )
 
+
+# Of a call's remaining time, the share (at least MIN_WORK_SECONDS) kept for its statements and
+# its answer: the wait for a connection ends early enough that STORE_BUSY reaches the caller
+# before its deadline does.
+WORK_SHARE = 0.1
+MIN_WORK_SECONDS = 0.02
 
 # The setting every row-level security policy filters on (the migrations' tenant_isolation).
 TENANT_SETTING = "ration.tenant_id"
@@ -72,12 +88,16 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 class Database:
-    """Owns the pool. Transactions acquire with a bounded wait so exhaustion fails fast."""
+    """Owns the pool. A full pool is waited on within the call's deadline, then STORE_BUSY."""
 
     def __init__(self, url: str, settings: DatabaseSettings) -> None:
         self.url = url
         self.settings = settings
         self._pool: asyncpg.Pool | None = None
+        # One slot per pooled connection, taken before asking the pool: waiting for a slot is
+        # waiting for a busy pool (STORE_BUSY); once a slot is held the pool has a free
+        # connection, so a slow acquire after it is Postgres not answering (STORE_UNAVAILABLE).
+        self._slots = asyncio.Semaphore(settings.pool_max)
 
     @property
     def ready(self) -> bool:
@@ -117,23 +137,61 @@ class Database:
     async def ping(self) -> bool:
         """True when a connection answers `SELECT 1` within the acquire timeout."""
         try:
-            async with self.pool.acquire(timeout=self.settings.acquire_timeout_seconds) as conn:
+            async with self.connection() as conn:
                 await conn.fetchval("SELECT 1", timeout=self.settings.acquire_timeout_seconds)
             return True
         except Exception:  # any failure of the probe means "not serving"
             return False
 
+    def _wait_seconds(self) -> float:
+        """How long a caller may wait for a slot: its deadline less the share kept for its
+        work, or the acquire timeout without a deadline."""
+        deadline = current_deadline()
+        if deadline is None:
+            return self.settings.acquire_timeout_seconds
+        remaining = deadline - time.monotonic()
+        return remaining - max(MIN_WORK_SECONDS, remaining * WORK_SHARE)
+
+    async def _take_slot(self) -> None:
+        if not self._slots.locked():
+            await self._slots.acquire()  # a slot is free: taken without waiting
+            return
+        wait = self._wait_seconds()
+        if wait <= 0:
+            raise store_busy()
+        try:
+            async with asyncio.timeout(wait):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise store_busy() from None
+
+    def _free_slot(self, released: asyncio.Future[None]) -> None:
+        self._slots.release()
+        if not released.cancelled():
+            released.exception()  # retrieved (and dropped): the caller has its own outcome
+
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection, waiting at most the acquire timeout. asyncio.timeout instead of
+        """A pooled connection: STORE_BUSY when none frees up in time (see the module
+        docstring); a connection that takes longer than the acquire timeout to open times out
+        (asyncio.TimeoutError, mapped to STORE_UNAVAILABLE). asyncio.timeout instead of
         asyncpg's own acquire timeout, which spawns a task per acquire."""
         pool = self.pool
-        async with asyncio.timeout(self.settings.acquire_timeout_seconds):
-            conn = await pool.acquire()
+        await self._take_slot()
+        try:
+            async with asyncio.timeout(self.settings.acquire_timeout_seconds):
+                conn = await pool.acquire()
+        except BaseException:
+            self._slots.release()
+            raise
         try:
             yield conn
         finally:
-            await pool.release(conn)
+            # The slot is freed when the connection is back in the pool, even if this caller
+            # is cancelled meanwhile (the release goes on, shielded).
+            released = asyncio.ensure_future(pool.release(conn))
+            released.add_done_callback(self._free_slot)
+            await asyncio.shield(released)
 
     async def transaction(
         self, work: Callable[[asyncpg.Connection], Awaitable[T]], *, attempts: int = 3
@@ -164,7 +222,8 @@ class Database:
     ) -> T:
         """Runs `work` as one statement without an explicit transaction: the statement is its
         own transaction (no BEGIN/COMMIT round trips), e.g. a server-side function. Conflicts
-        (and `retry_on`) are retried like transactions; outages map to STORE_UNAVAILABLE."""
+        (and `retry_on`) are retried like transactions, then STORE_BUSY; outages map to
+        STORE_UNAVAILABLE."""
         retryable = RETRYABLE_ERRORS + retry_on
         for attempt in range(1, attempts + 1):
             try:
@@ -172,8 +231,8 @@ class Database:
                     return await work(conn)
             except retryable:
                 if attempt == attempts:
-                    raise store_unavailable(
-                        "the database kept reporting conflicts; retry"
+                    raise store_busy(
+                        "conflicting transactions kept aborting this one; nothing was done, retry"
                     ) from None
             except UNAVAILABLE_ERRORS as exc:
                 log.warning("store unavailable", extra={"error": type(exc).__name__})

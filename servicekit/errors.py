@@ -70,6 +70,8 @@ class DomainError(Exception):
     message: str
     metadata: Mapping[str, str] = field(default_factory=dict)
     detail: Detail | None = None
+    # Further typed details, after `detail` (e.g. RetryInfo beside a QuotaFailure).
+    more: tuple[Detail, ...] = ()
 
     def __post_init__(self) -> None:
         super().__init__(self.message)
@@ -122,7 +124,18 @@ def not_found(reason: str, message: str) -> DomainError:
 
 
 def store_unavailable(message: str = "the database is unavailable; retry") -> DomainError:
+    """Postgres is unreachable (a connection failed) or a statement timed out."""
     return DomainError(ErrorKind.UNAVAILABLE, "STORE_UNAVAILABLE", message, detail=RetryDetail(0.2))
+
+
+def store_busy(
+    message: str = "every database connection stayed in use past what this call's deadline"
+    " allows; nothing was done, retry",
+) -> DomainError:
+    """Postgres is healthy but this process could not get to it in time: its pool stayed full
+    for as long as the call's deadline allowed (or conflicts kept aborting the transaction).
+    Nothing was done."""
+    return DomainError(ErrorKind.UNAVAILABLE, "STORE_BUSY", message, detail=RetryDetail(0.1))
 
 
 def tenant_busy(share: int, retry_seconds: float) -> DomainError:

@@ -1,4 +1,4 @@
-"""Server interceptors: metrics and access log, authentication, and domain errors → status."""
+"""The server interceptor: metrics and access log, authentication, and domain errors → status."""
 
 from __future__ import annotations
 
@@ -24,10 +24,8 @@ from servicekit.metrics import GrpcMetrics, MethodMetrics
 from servicekit.status import ErrorMapper
 
 __all__ = [
-    "AuthInterceptor",
-    "ErrorInterceptor",
+    "CallInterceptor",
     "ErrorMapper",
-    "MetricsInterceptor",
     "UnknownMethod",
 ]
 
@@ -52,8 +50,8 @@ UNDECODABLE = _Undecodable()
 
 
 def _tolerant(deserialize: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
-    """A deserializer that turns unparsable bytes into UNDECODABLE, which the error interceptor
-    refuses as INVALID_ARGUMENT: a raising deserializer makes gRPC answer UNKNOWN, with the
+    """A deserializer that turns unparsable bytes into UNDECODABLE, which the interceptor's error
+    step refuses as INVALID_ARGUMENT: a raising deserializer makes gRPC answer UNKNOWN, with the
     parser's message."""
     if deserialize is None:
         return None
@@ -71,13 +69,10 @@ def _wrap(
     handler: grpc.RpcMethodHandler,
     unary: Callable[[Behavior], Behavior],
     stream: Callable[[Behavior], Behavior],
-    tolerant: bool = False,
 ) -> grpc.RpcMethodHandler:
     """Rebuilds a handler with its behavior wrapped; only unary and server-streaming are used.
-    `tolerant` (the innermost, error interceptor) makes undecodable requests UNDECODABLE."""
-    deserializer = handler.request_deserializer
-    if tolerant:
-        deserializer = _tolerant(deserializer)
+    Undecodable requests arrive as UNDECODABLE."""
+    deserializer = _tolerant(handler.request_deserializer)
     if handler.unary_unary is not None:
         return grpc.unary_unary_rpc_method_handler(
             unary(handler.unary_unary),
@@ -120,44 +115,17 @@ class UnknownMethod(grpc.RpcMethodHandler):
         self.stream_stream = answer
 
 
-class _CachingInterceptor(grpc.aio.ServerInterceptor):
-    """Wraps each registered method's handler once and reuses it: per-call state (metadata,
-    identity, timing) is read inside the wrapped behavior, so nothing is rebuilt per RPC.
-
-    Only methods a service registered have a handler, so the cache holds at most one entry per
-    registered method; unknown paths (any string a caller sends) are never keys.
-    """
-
-    def __init__(self) -> None:
-        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, Any]] = {}
-
-    @property
-    def cached_methods(self) -> frozenset[str]:
-        return frozenset(self._wrapped)
-
-    async def intercept_service(
-        self, continuation: Continuation, details: grpc.HandlerCallDetails
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await continuation(details)
-        if handler is None or isinstance(handler, UnknownMethod):
-            return handler
-        method = details.method
-        cached = self._wrapped.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = self.wrap(method, handler)
-        self._wrapped[method] = (handler, wrapped)
-        return wrapped
-
-    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        raise NotImplementedError
-
-
-def _metadata(context: grpc.aio.ServicerContext, key: str) -> str | None:
+def _call_metadata(context: grpc.aio.ServicerContext) -> tuple[str | None, str | None]:
+    """The call's x-request-id and authorization (the first of each), read in one pass:
+    gRPC builds the metadata tuple anew on every invocation_metadata()."""
+    request_id = authorization = None
     for name, value in context.invocation_metadata() or ():
-        if name == key:
-            return str(value)
-    return None
+        if name == "x-request-id":
+            if request_id is None:
+                request_id = str(value)
+        elif name == "authorization" and authorization is None:
+            authorization = str(value)
+    return request_id, authorization
 
 
 def _split(method: str) -> tuple[str, str]:
@@ -170,12 +138,6 @@ class _Series:
 
     def __init__(self, metrics: GrpcMetrics, kind: str, service: str, name: str) -> None:
         self.method = MethodMetrics(metrics, kind, service, name)
-
-    def begin(self, context: grpc.aio.ServicerContext) -> float:
-        set_request_id(_metadata(context, "x-request-id"))
-        deadline_var.set(deadline_of(context))  # CPU work not started by then never starts
-        self.method.started.inc()
-        return time.perf_counter()
 
     def finish(self, context: grpc.aio.ServicerContext, start: float) -> None:
         elapsed = time.perf_counter() - start
@@ -192,82 +154,72 @@ class _Series:
             log.log(level, "rpc", extra=extra)
 
 
-class MetricsInterceptor(_CachingInterceptor):
-    """Counts and times every RPC by final code, and writes one access-log line per failure."""
+class CallInterceptor(grpc.aio.ServerInterceptor):
+    """Everything servicekit does around an RPC, as one layer, in this order:
 
-    def __init__(self, metrics: GrpcMetrics) -> None:
-        super().__init__()
-        self._metrics = metrics
+    1. metrics and access log: counts and times every RPC by final code, writes one log line
+       per failure; sets the call's request id and deadline (servicekit.logs, servicekit.cpu);
+    2. authentication: resolves the bearer token to an identity and enforces the method's
+       required role (the table the service definition hands in) before the handler runs. A
+       registered method without a row is refused to every caller (fail closed); the server
+       also refuses to start with such a table (servicekit.auth.check_role_table). Health and
+       reflection stay open;
+    3. errors: the only place exceptions become statuses (servicers contain no try/except),
+       undecodable requests included. It also answers paths no service registered
+       (UnknownMethod), so every status carries ErrorInfo.
 
-    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        service, name = _split(method)
-        m = self._metrics
-
-        def unary(behavior: Behavior) -> Behavior:
-            series = _Series(m, "unary", service, name)
-
-            async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                start = series.begin(context)
-                try:
-                    return await behavior(request, context)
-                except BaseException:
-                    if context.code() is None:
-                        context.set_code(grpc.StatusCode.CANCELLED)
-                    raise
-                finally:
-                    series.finish(context, start)
-
-            return wrapped
-
-        def stream(behavior: Behavior) -> Behavior:
-            series = _Series(m, "server_stream", service, name)
-            sent = m.msg_sent.labels(*series.method.labels)
-
-            async def wrapped(
-                request: Any, context: grpc.aio.ServicerContext
-            ) -> AsyncIterator[Any]:
-                start = series.begin(context)
-                try:
-                    async for item in behavior(request, context):
-                        sent.inc()
-                        yield item
-                except BaseException:
-                    if context.code() is None:
-                        context.set_code(grpc.StatusCode.CANCELLED)
-                    raise
-                finally:
-                    series.finish(context, start)
-
-            return wrapped
-
-        return _wrap(handler, unary, stream)
-
-
-class AuthInterceptor(_CachingInterceptor):
-    """Resolves the bearer token to an identity and enforces the method's required role (the
-    table the service definition hands in) before the handler runs.
-
-    A registered method without a row is refused to every caller (fail closed); the server
-    also refuses to start with such a table (servicekit.auth.check_role_table).
+    Each registered method's handler is wrapped once and reused: per-call state (metadata,
+    identity, timing) is read inside the wrapped behavior, the metadata in one pass, so
+    nothing is rebuilt per RPC and gRPC runs one interceptor, not one per concern. Only methods
+    a service registered have a handler, so the cache holds at most one entry per registered
+    method; unknown paths (any string a caller sends) are never keys, and get no metric
+    series and no authentication.
     """
 
-    def __init__(self, tokens: TokenTable, errors: ErrorMapper, roles: RoleTable) -> None:
-        super().__init__()
+    def __init__(
+        self, metrics: GrpcMetrics, tokens: TokenTable, errors: ErrorMapper, roles: RoleTable
+    ) -> None:
+        self._metrics = metrics
         self._tokens = tokens
         self._errors = errors
         self._roles = roles
+        self._unknown = UnknownMethod(errors)
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
-    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        if method.startswith(PUBLIC_PREFIXES):
+    @property
+    def cached_methods(self) -> frozenset[str]:
+        return frozenset(self._wrapped)
+
+    async def intercept_service(
+        self, continuation: Continuation, details: grpc.HandlerCallDetails
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(details)
+        if handler is None:
+            return self._unknown
+        if isinstance(handler, UnknownMethod):
             return handler
+        method = details.method
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._wrap(method, handler)
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _guard(self, method: str) -> Callable[[grpc.aio.ServicerContext, str | None], Any] | None:
+        """The method's authentication and role check, or None for an open method."""
+        if method.startswith(PUBLIC_PREFIXES):
+            return None
         tokens, errors = self._tokens, self._errors
+        dev_mode = tokens.dev_mode
         listed = method in self._roles
         role = self._roles.get(method)
 
-        async def authenticate(context: grpc.aio.ServicerContext) -> None:
+        async def authenticate(
+            context: grpc.aio.ServicerContext, authorization: str | None
+        ) -> None:
             try:
-                authorization = None if tokens.dev_mode else _metadata(context, "authorization")
-                identity = tokens.authenticate(authorization)
+                identity = tokens.authenticate(None if dev_mode else authorization)
                 identity_var.set(identity)
                 if not listed:
                     raise unlisted_method()
@@ -276,48 +228,9 @@ class AuthInterceptor(_CachingInterceptor):
             except DomainError as error:
                 await errors.abort(context, error)
 
-        def unary(behavior: Behavior) -> Behavior:
-            async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                await authenticate(context)
-                return await behavior(request, context)
+        return authenticate
 
-            return wrapped
-
-        def stream(behavior: Behavior) -> Behavior:
-            async def wrapped(
-                request: Any, context: grpc.aio.ServicerContext
-            ) -> AsyncIterator[Any]:
-                await authenticate(context)
-                async for item in behavior(request, context):
-                    yield item
-
-            return wrapped
-
-        return _wrap(handler, unary, stream)
-
-
-def unlisted_method() -> DomainError:
-    """A method the role table does not name: nobody may call it."""
-    return DomainError(ErrorKind.FORBIDDEN, "ROLE_REQUIRED", "this call is not open to any role")
-
-
-class ErrorInterceptor(_CachingInterceptor):
-    """The only place exceptions become statuses; servicers contain no try/except. Innermost,
-    it also answers paths no service registered (UnknownMethod), so every status carries
-    ErrorInfo."""
-
-    def __init__(self, errors: ErrorMapper) -> None:
-        super().__init__()
-        self._errors = errors
-        self._unknown = UnknownMethod(errors)
-
-    async def intercept_service(
-        self, continuation: Continuation, details: grpc.HandlerCallDetails
-    ) -> grpc.RpcMethodHandler | None:
-        handler = await super().intercept_service(continuation, details)
-        return self._unknown if handler is None else handler
-
-    def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+    def _fail(self, method: str) -> Callable[[grpc.aio.ServicerContext, Exception], Any]:
         errors = self._errors
 
         async def fail(context: grpc.aio.ServicerContext, exc: Exception) -> None:
@@ -329,33 +242,83 @@ class ErrorInterceptor(_CachingInterceptor):
             log.error("unhandled exception", exc_info=exc, extra={"rpc": method})
             await context.abort(grpc.StatusCode.INTERNAL, INTERNAL_MESSAGE)
 
+        return fail
+
+    def _wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        service, name = _split(method)
+        metrics = self._metrics
+        guard = self._guard(method)
+        fail = self._fail(method)
+
+        def begin(context: grpc.aio.ServicerContext, series: _Series) -> str | None:
+            """Starts the call's series, request id and deadline; returns its authorization."""
+            request_id, authorization = _call_metadata(context)
+            set_request_id(request_id)
+            deadline_var.set(deadline_of(context))  # CPU work not started by then never starts
+            series.method.started.inc()
+            return authorization
+
         def unary(behavior: Behavior) -> Behavior:
+            series = _Series(metrics, "unary", service, name)
+
             async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+                authorization = begin(context, series)
+                start = time.perf_counter()
                 try:
-                    if request is UNDECODABLE:
-                        raise UNDECODABLE_ERROR
-                    return await behavior(request, context)
-                except grpc.aio.AbortError:
+                    if guard is not None:
+                        await guard(context, authorization)
+                    try:
+                        if request is UNDECODABLE:
+                            raise UNDECODABLE_ERROR
+                        return await behavior(request, context)
+                    except grpc.aio.AbortError:
+                        raise
+                    except Exception as exc:
+                        await fail(context, exc)
+                        return None
+                except BaseException:
+                    if context.code() is None:
+                        context.set_code(grpc.StatusCode.CANCELLED)
                     raise
-                except Exception as exc:
-                    await fail(context, exc)
+                finally:
+                    series.finish(context, start)
 
             return wrapped
 
         def stream(behavior: Behavior) -> Behavior:
+            series = _Series(metrics, "server_stream", service, name)
+            sent = metrics.msg_sent.labels(*series.method.labels)
+
             async def wrapped(
                 request: Any, context: grpc.aio.ServicerContext
             ) -> AsyncIterator[Any]:
+                authorization = begin(context, series)
+                start = time.perf_counter()
                 try:
-                    if request is UNDECODABLE:
-                        raise UNDECODABLE_ERROR
-                    async for item in behavior(request, context):
-                        yield item
-                except grpc.aio.AbortError:
+                    if guard is not None:
+                        await guard(context, authorization)
+                    try:
+                        if request is UNDECODABLE:
+                            raise UNDECODABLE_ERROR
+                        async for item in behavior(request, context):
+                            sent.inc()
+                            yield item
+                    except grpc.aio.AbortError:
+                        raise
+                    except Exception as exc:
+                        await fail(context, exc)
+                except BaseException:
+                    if context.code() is None:
+                        context.set_code(grpc.StatusCode.CANCELLED)
                     raise
-                except Exception as exc:
-                    await fail(context, exc)
+                finally:
+                    series.finish(context, start)
 
             return wrapped
 
-        return _wrap(handler, unary, stream, tolerant=True)
+        return _wrap(handler, unary, stream)
+
+
+def unlisted_method() -> DomainError:
+    """A method the role table does not name: nobody may call it."""
+    return DomainError(ErrorKind.FORBIDDEN, "ROLE_REQUIRED", "this call is not open to any role")

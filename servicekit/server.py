@@ -21,12 +21,7 @@ from servicekit import ports
 from servicekit.auth import RoleTable, TokenTable, check_role_table
 from servicekit.db import Database
 from servicekit.dbrole import check_role
-from servicekit.interceptors import (
-    AuthInterceptor,
-    ErrorInterceptor,
-    ErrorMapper,
-    MetricsInterceptor,
-)
+from servicekit.interceptors import CallInterceptor, ErrorMapper
 from servicekit.metrics import GrpcMetrics, MetricsEndpoint, pool_gauges
 from servicekit.migrations import MigrationSet, migrate, pending
 from servicekit.settings import ServerSettings, SettingsError
@@ -123,11 +118,10 @@ class ServiceRunner:
         tokens = TokenTable.load(self.settings.token_file)
         methods = service_methods(self.app.service_name) or frozenset(self.app.roles)
         check_role_table(self.app.name, self.app.roles, methods)
-        # Their caches hold only registered methods; unknown paths get UnknownMethod.
+        # One interceptor (metrics, auth, errors); its cache holds only registered methods,
+        # unknown paths get UnknownMethod.
         self.interceptors = (
-            MetricsInterceptor(GrpcMetrics(self.registry)),
-            AuthInterceptor(tokens, errors, self.app.roles),
-            ErrorInterceptor(errors),
+            CallInterceptor(GrpcMetrics(self.registry), tokens, errors, self.app.roles),
         )
         server = grpc.aio.server(
             interceptors=self.interceptors,

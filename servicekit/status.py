@@ -33,7 +33,7 @@ _CODES: dict[ErrorKind, grpc.StatusCode] = {
 
 
 class ErrorMapper:
-    """DomainError → gRPC status + google.rpc.ErrorInfo + at most one typed detail."""
+    """DomainError → gRPC status + google.rpc.ErrorInfo + its typed details."""
 
     def __init__(self, domain: str) -> None:
         self.domain = domain
@@ -44,9 +44,10 @@ class ErrorMapper:
             reason=error.reason, domain=self.domain, metadata=dict(error.metadata)
         )
         details = [_pack(info)]
-        typed = _detail(error.detail)
-        if typed is not None:
-            details.append(_pack(typed))
+        for detail in (error.detail, *error.more):
+            typed = _detail(detail)
+            if typed is not None:
+                details.append(_pack(typed))
         status = status_pb2.Status(
             code=getattr(code_pb2, code.name), message=error.message, details=details
         )

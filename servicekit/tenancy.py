@@ -24,6 +24,7 @@ class TenantDatabase(Database):
     def __init__(self, shared: Database, tenant: str) -> None:
         super().__init__(shared.url, shared.settings)
         self._shared = shared
+        self._slots = shared._slots  # the pool's slots are the shared database's
         self._tenant = tenant
 
     @property

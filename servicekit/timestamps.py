@@ -24,6 +24,14 @@ def timestamp(value: datetime) -> Timestamp:
     return Timestamp(seconds=seconds, nanos=micros * 1000)
 
 
+def set_micros(message: Timestamp, micros: int) -> None:
+    """Sets a Timestamp (typically a field of a message being built) to an instant given in
+    microseconds since the Unix epoch: what `timestamp` makes of the same instant."""
+    seconds, rest = divmod(micros, 1_000_000)
+    message.seconds = seconds
+    message.nanos = rest * 1000
+
+
 def timestamp_violation(value: Timestamp, field: str) -> FieldViolation | None:
     """Why a request's Timestamp is not a valid instant, or None when it is."""
     if not MIN_SECONDS <= value.seconds <= MAX_SECONDS:

@@ -1,5 +1,7 @@
-"""The budget service's outside world other than gRPC and Postgres: Prometheus domain metrics.
+"""The budget service's outside world other than gRPC and Postgres: Prometheus domain metrics,
+and the webhooks `ration notify` POSTs to.
 
 - `metrics`: Budget domain metrics (DESIGN 7); counted from a Tally only after its transaction
   commits.
+- `webhooks`: HTTP POSTs of webhook alerts: the standard library's http.client, in a worker thread.
 """

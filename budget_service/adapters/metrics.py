@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from budget_service.domain import events as ev
 from budget_service.domain.events import NANOS_PER_USD
@@ -80,6 +81,55 @@ class Tally:
                 self.add("overruns", dimension.value)
 
 
+_DIMENSIONS = tuple(Dimension)
+
+
+def decision_tally(
+    facts: Mapping[str, Any], tenant: str, model: str, amounts: Mapping[Dimension, int]
+) -> Tally:
+    """What one committed decision of budget.decide_v1 counts, from the facts it returned
+    (`amounts` is the call's estimate or usage)."""
+    tally = Tally()
+    expired = int(facts.get("expired", 0))
+    if expired:
+        tally.reservations_ended([ReservationState.EXPIRED] * expired)
+    decision, outcome = str(facts["decision"]), facts.get("outcome")
+    if outcome is None:  # refused before any decision was counted (e.g. no such hold)
+        return tally
+    reason, enforcement = str(facts.get("reason") or ""), str(facts["enforcement"])
+    if decision == "reserve" and outcome == "refused":
+        tally.refused(reason, Scope(facts["scope"]))
+    else:
+        tally.decision(decision, str(outcome), reason)
+    if outcome == "advisory_refused" and decision == "reserve":
+        tally.add("advisory_refusals", reason)
+    breach = facts.get("breach_dim")
+    for event in facts.get("events", ()):
+        if event == "budget.exhausted" and breach:
+            tally.add("exhaustions", breach)
+        elif event == "cap.breached" and breach:
+            tally.add("breaches", breach, enforcement)
+    for dimension in facts.get("crossed", ()):
+        tally.add("crossings", dimension)
+    for dimension in facts.get("exhausted", ()):
+        tally.add("exhaustions", dimension)
+    for dimension in facts.get("pool_crossed", ()):
+        tally.add("crossings", dimension)
+    for dimension in facts.get("pool_exhausted", ()):
+        tally.add("exhaustions", dimension)
+    for dimension in facts.get("breached", ()):
+        tally.add("breaches", dimension, enforcement)
+    if facts.get("opened"):
+        tally.add("holds_opened")
+    if facts.get("ended"):
+        tally.reservations_ended([ReservationState(facts["ended"])])
+    if decision == "consume" and outcome == "recorded":
+        tally.consumed(tenant, str(facts["project"]), model, amounts)
+        overrun = facts.get("overrun") or (0, 0, 0, 0)
+        tally.overruns(dict(zip(_DIMENSIONS, (int(n) for n in overrun), strict=True)))
+    return tally
+
+
 def pool_value(dimension: Dimension, amount: int) -> float:
     """An amount in its gauge's unit: cost in USD, the others as counted."""
     return amount / NANOS_PER_USD if dimension is Dimension.COST else float(amount)
@@ -129,6 +179,23 @@ class BudgetMetrics:
             "holds_expired": counter("holds_expired", "Holds that expired unconsumed."),
             "overruns": counter("overruns", "Consumes above their hold.", "dimension"),
         }
+        sizes = (1, 2, 4, 8, 16, 32, 64, 128)
+        self.batch_size = Histogram(
+            "ration_budget_decide_batch_size",
+            "Reserve/Consume/Release requests per budget.decide_v1 statement (group commit).",
+            buckets=sizes,
+            registry=registry,
+        )
+        self.check_batch_size = Histogram(
+            "ration_budget_check_batch_size",
+            "Check requests per read-only budget.decide_v1 statement.",
+            buckets=sizes,
+            registry=registry,
+        )
+        # Each series' child by (metric, exposed labels), so counting costs no label lookup.
+        # Bounded like the series: exposed labels come from bounded sets only (see above),
+        # and these counters never drop a series.
+        self._children: dict[tuple[str, tuple[str, ...]], Counter] = {}
         self.reservations_open = Gauge(
             "ration_budget_holds_open", "Open, unexpired holds (all replicas).", registry=registry
         )
@@ -160,13 +227,18 @@ class BudgetMetrics:
         return (self._tenants(tenant), self._projects(project), *models)
 
     def apply(self, tally: Tally) -> None:
+        children = self._children
         for metric, labels, amount in tally.items:
             if amount == 0:
                 continue
             if metric in SPEND_METRICS:
                 labels = self._spend_labels(labels)
-            counter = self._counters[metric]
-            (counter.labels(*labels) if labels else counter).inc(amount)
+            key = (metric, labels)
+            child = children.get(key)
+            if child is None:
+                counter = self._counters[metric]
+                child = children[key] = counter.labels(*labels) if labels else counter
+            child.inc(amount)
 
     def set_pools(self, pools: Iterable[PoolBalances]) -> None:
         """Replaces the pool gauges with the `max_pools` most depleted pools of each scope kind

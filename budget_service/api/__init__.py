@@ -10,4 +10,6 @@ encoders and the capability blocks.
 - `roles`: Who may call what: the role each RPC needs, enforced by the auth interceptor.
 - `servicer`: BudgetService gRPC servicer: converts requests, calls the use cases, converts
   responses.
+- `stored_responses`: Reserve, Consume and Release results to responses, straight from their
+  stored reply.
 """

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, TypeVar
 
 from budget_service.domain import commands as cmd
+from budget_service.domain import events as ev
 from budget_service.domain import input_rules as v
 from budget_service.domain.policy import (
     BudgetPolicy,
@@ -19,8 +23,23 @@ from budget_service.domain.policy import (
     Window,
 )
 from budget_service.domain.run_state import ReserveMode, RunOutcome
+from budget_service.domain.spend import (
+    SpendFilter,
+    SpendGroupBy,
+    SpendQuery,
+    validate_filter,
+    validate_window,
+)
+from budget_service.domain.tenant_events import (
+    MAX_FILTER_TYPES,
+    Position,
+    TenantEventFilter,
+    parse_cursor,
+)
+from budget_service.domain.tenant_events import validate_filter as validate_tenant_filter
 from ration.budget.v1 import budget_pb2 as pb
 from servicekit.errors import FieldViolation, validation_error
+from servicekit.timestamps import timestamp_violation, to_datetime
 
 E = TypeVar("E")
 
@@ -42,6 +61,8 @@ WINDOWS = {
     pb.WINDOW_DAY: Window.DAY,
     pb.WINDOW_WEEK: Window.WEEK,
     pb.WINDOW_MONTH: Window.MONTH,
+    pb.WINDOW_MINUTE: Window.MINUTE,
+    pb.WINDOW_HOUR: Window.HOUR,
 }
 ENFORCEMENTS = {
     pb.ENFORCEMENT_UNSPECIFIED: Enforcement.HARD,
@@ -62,6 +83,22 @@ OUTCOMES = {
     pb.RUN_OUTCOME_SUCCEEDED: RunOutcome.SUCCEEDED,
     pb.RUN_OUTCOME_FAILED: RunOutcome.FAILED,
     pb.RUN_OUTCOME_CANCELLED: RunOutcome.CANCELLED,
+}
+SPEND_GROUPS = {
+    pb.SPEND_GROUP_BY_PROJECT: SpendGroupBy.PROJECT,
+    pb.SPEND_GROUP_BY_WORKFLOW: SpendGroupBy.WORKFLOW,
+    pb.SPEND_GROUP_BY_AGENT: SpendGroupBy.AGENT,
+    pb.SPEND_GROUP_BY_MODEL: SpendGroupBy.MODEL,
+    pb.SPEND_GROUP_BY_DAY: SpendGroupBy.DAY,
+    pb.SPEND_GROUP_BY_HOUR: SpendGroupBy.HOUR,
+}
+EVENT_TYPE_NAMES = {
+    pb.RUN_EVENT_TYPE_BUDGET_RESERVED: ev.BudgetReserved.event_type,
+    pb.RUN_EVENT_TYPE_BUDGET_CONSUMED: ev.BudgetConsumed.event_type,
+    pb.RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED: ev.ThresholdCrossed.event_type,
+    pb.RUN_EVENT_TYPE_BUDGET_EXHAUSTED: ev.BudgetExhausted.event_type,
+    pb.RUN_EVENT_TYPE_CAP_BREACHED: ev.CapBreached.event_type,
+    pb.RUN_EVENT_TYPE_RUN_FAILED: ev.RunFailed.event_type,
 }
 DEFAULT_PAGE_SIZE = 100
 
@@ -247,6 +284,36 @@ def watch(request: pb.WatchRunEventsRequest) -> tuple[str, int]:
     return request.run_id, request.after_seq
 
 
+def watch_tenant(
+    request: pb.WatchTenantEventsRequest,
+) -> tuple[Position | None, TenantEventFilter]:
+    """Where the stream starts (None: after the latest event) and what it sends."""
+    found = _Violations()
+    after = parse_cursor(request.after_cursor)
+    if not isinstance(after, Position):
+        found.append(after)
+    elif request.start_at_latest and request.after_cursor:
+        found.append(FieldViolation("start_at_latest", "cannot be set with an after_cursor"))
+    message = request.filter
+    numbers = list(message.event_types)
+    if len(numbers) > MAX_FILTER_TYPES:
+        found.append(
+            FieldViolation("filter.event_types", f"must have at most {MAX_FILTER_TYPES} entries")
+        )
+        numbers = []
+    types = []
+    for i, number in enumerate(numbers):
+        if number in EVENT_TYPE_NAMES:
+            types.append(EVENT_TYPE_NAMES[number])
+        else:
+            found.append(FieldViolation(f"filter.event_types[{i}]", "is not an event type"))
+    wanted = TenantEventFilter(tuple(types), tuple(message.run_ids), tuple(message.project_ids))
+    found += validate_tenant_filter(wanted)
+    found.check()
+    assert isinstance(after, Position)  # else found.check() raised
+    return (None if request.start_at_latest else after), wanted
+
+
 def scope_budget(request: pb.PutScopeBudgetRequest) -> tuple[cmd.Mutation, ScopeBudget]:
     found = _Violations()
     mutation = _mutation("PutScopeBudget", request, found)
@@ -258,7 +325,9 @@ def scope_budget(request: pb.PutScopeBudgetRequest) -> tuple[cmd.Mutation, Scope
         message.enforcement, ENFORCEMENTS, "budget.enforcement", Enforcement.HARD
     )
     policy = _policy(message.policy, "budget.policy", found)
-    budget = ScopeBudget(scope, message.scope_id, kind, policy, window, enforcement)
+    budget = ScopeBudget(
+        scope, message.scope_id, kind, policy, window, enforcement, message.model_match
+    )
     # The policy was validated above; validate the scope parts only.
     found += [
         f
@@ -280,3 +349,65 @@ def scope_key(request: Any, mutating: bool) -> tuple[cmd.Mutation | None, cmd.Sc
     kind = found.enum(request.kind, KINDS, "kind", ScopeBudgetKind.PER_RUN)
     found.check()
     return mutation, cmd.ScopeKey(scope, request.scope_id, kind)
+
+
+def _instant(request: pb.ReportSpendRequest, name: str, found: _Violations) -> datetime | None:
+    if not request.HasField(name):
+        found.append(FieldViolation(name, "is required"))
+        return None
+    value = getattr(request, name)
+    violation = timestamp_violation(value, name)
+    if violation is not None:
+        found.append(violation)
+        return None
+    return to_datetime(value)
+
+
+def _query_digest(query: SpendQuery) -> str:
+    """What a spend page token is bound to: the window, grouping and filter (not page_size)."""
+    f = query.filter
+    parts = [query.start.isoformat(), query.end.isoformat(), query.group_by.value]
+    parts += [f.project_id, f.workflow_id, f.agent_id, f.model]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def spend_page_token(query: SpendQuery, after_key: str) -> str:
+    document = json.dumps({"q": _query_digest(query), "k": after_key}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(document.encode()).decode()
+
+
+def _after_key(token: str, query: SpendQuery, found: _Violations) -> str | None:
+    if not token:
+        return None
+    try:
+        document = json.loads(base64.urlsafe_b64decode(token.encode()))
+        key = document["k"]
+        if document["q"] != _query_digest(query) or not isinstance(key, str):
+            raise ValueError(token)
+        return key
+    except (ValueError, TypeError, KeyError):  # also binascii.Error and UnicodeDecodeError
+        found.append(FieldViolation("page_token", "is not a page token of this report"))
+        return None
+
+
+def report_spend(request: pb.ReportSpendRequest) -> tuple[SpendQuery, str | None, int]:
+    """The query, the last key of the previous page (None for the first) and the page size."""
+    found = _Violations()
+    start = _instant(request, "start_time", found)
+    end = _instant(request, "end_time", found)
+    if start is not None and end is not None:
+        found += validate_window(start, end)
+    group_by = found.enum(request.group_by, SPEND_GROUPS, "group_by", SpendGroupBy.PROJECT)
+    message = request.filter
+    spend_filter = SpendFilter(
+        message.project_id, message.workflow_id, message.agent_id, message.model
+    )
+    found += validate_filter(spend_filter)
+    found += v.check_int(request.page_size, "page_size", 0, v.MAX_PAGE_SIZE)
+    found.check()
+    assert start is not None  # else found.check() raised
+    assert end is not None
+    query = SpendQuery(start, end, group_by, spend_filter)
+    after_key = _after_key(request.page_token, query, found)
+    found.check()
+    return query, after_key, request.page_size or DEFAULT_PAGE_SIZE

@@ -22,9 +22,11 @@ _ROLES: dict[str, str | None] = {
     "Check": "reader",
     "ListRunEvents": "reader",
     "WatchRunEvents": "reader",
+    "WatchTenantEvents": "reader",
     "PutScopeBudget": "admin",
     "GetScopeBudget": "admin",
     "DeleteScopeBudget": "admin",
     "GetCapabilities": None,
+    "ReportSpend": "reader",
 }
 REQUIRED_ROLES: RoleTable = {f"/{SERVICE_NAME}/{name}": role for name, role in _ROLES.items()}

@@ -9,9 +9,12 @@ import grpc
 
 from budget_service.api import requests as convert
 from budget_service.api import responses as out
+from budget_service.api import stored_responses as stored
 from budget_service.api.capabilities import BudgetCapabilities
+from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
+from budget_service.usecases.tenant_events import TenantStreams
 from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
 from servicekit.auth import current_identity
@@ -24,11 +27,15 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         service: BudgetService,
         reservations: Reservations,
         max_ttl_seconds: int,
+        reports: SpendReports,
+        tenant_streams: TenantStreams,
     ) -> None:
         self._capabilities = capabilities
         self._service = service
         self._reservations = reservations
         self._max_ttl_seconds = max_ttl_seconds
+        self._reports = reports
+        self._tenant_streams = tenant_streams
 
     async def OpenRun(
         self, request: pb.OpenRunRequest, context: grpc.aio.ServicerContext
@@ -69,22 +76,21 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     ) -> pb.ReserveResponse:
         tenant = current_identity().tenant
         mutation, command = convert.reserve(request, self._max_ttl_seconds)
-        return out.reserve(await self._reservations.reserve(tenant, mutation, command))
+        return stored.reserve(await self._reservations.reserve(tenant, mutation, command))
 
     async def Consume(
         self, request: pb.ConsumeRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConsumeResponse:
         tenant = current_identity().tenant
         mutation, command = convert.consume(request)
-        return out.consume(await self._reservations.consume(tenant, mutation, command))
+        return stored.consume(await self._reservations.consume(tenant, mutation, command))
 
     async def Release(
         self, request: pb.ReleaseRequest, context: grpc.aio.ServicerContext
     ) -> pb.ReleaseResponse:
         tenant = current_identity().tenant
         mutation, command = convert.release(request)
-        reservation = await self._reservations.release(tenant, mutation, command)
-        return pb.ReleaseResponse(reservation=out.reservation(reservation))
+        return stored.release(await self._reservations.release(tenant, mutation, command))
 
     async def Check(
         self, request: pb.CheckRequest, context: grpc.aio.ServicerContext
@@ -110,6 +116,17 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         async with contextlib.aclosing(self._service.watch(tenant, run_id, after_seq)) as events:
             async for run, event in events:
                 yield pb.WatchRunEventsResponse(event=out.run_event(run, event))
+
+    async def WatchTenantEvents(
+        self, request: pb.WatchTenantEventsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.WatchTenantEventsResponse]:
+        tenant = current_identity().tenant
+        after, wanted = convert.watch_tenant(request)
+        # Closed at once when the stream ends or is cancelled: that frees its stream slot.
+        items = self._tenant_streams.watch(tenant, after, wanted)
+        async with contextlib.aclosing(items) as stream:
+            async for item in stream:
+                yield out.tenant_item(item)
 
     async def PutScopeBudget(
         self, request: pb.PutScopeBudgetRequest, context: grpc.aio.ServicerContext
@@ -143,3 +160,11 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         self, request: pb.GetCapabilitiesRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetCapabilitiesResponse:
         return out.capabilities(self._capabilities)
+
+    async def ReportSpend(
+        self, request: pb.ReportSpendRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReportSpendResponse:
+        tenant = current_identity().tenant
+        query, after_key, page_size = convert.report_spend(request)
+        page = await self._reports.report(tenant, query, after_key, page_size)
+        return out.report_spend(query, page)

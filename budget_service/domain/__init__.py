@@ -3,6 +3,8 @@ accounting of reserve, consume, release and breach, refusals and input rules, as
 over dataclasses (standard library and servicekit.errors only). The one decision the database
 arbitrates lives in store/migrations (0003); its Python reference model is in tests/.
 
+- `alerts`: Webhook alerts of `ration notify`: which events, the body a receiver gets, its
+  signature.
 - `accounting`: Reservation accounting: reserve, consume, release/expiry, exhaustion, breach and
   resume rules.
 - `commands`: Use-case inputs and outputs of the budget service, in domain types (no protobuf).
@@ -16,6 +18,10 @@ arbitrates lives in store/migrations (0003); its Python reference model is in te
 - `refusals`: Budget refusals: the guards that refuse a call and the DomainErrors they raise (DESIGN
   11).
 - `run_state`: Budget state as plain data: run lifecycle, holds, balances, breaches and contention.
+- `spend`: Spend reports: the query (window, grouping, filter), its input rules and the rows it
+  sums.
+- `tenant_events`: The tenant event stream's rules: positions in a tenant's event order, cursors,
+  the filter.
 
 Naming: a Reservation is the hold of DESIGN/RFC 0084; SQL table budget.holds, metrics
 ration_budget_holds_*; Python says reservation, like the proto.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from budget_service.domain.policy import (
     BudgetPolicy,
@@ -104,6 +105,13 @@ class ReserveResult:
     dimensions: list[DimensionStatus]
     advisory_refusal_reason: str
 
+    @property
+    def reply(self) -> Mapping[str, Any] | None:
+        """The stored reply document this result reads its fields from (a value decoded by
+        store/stored_replies.py), which the API turns straight into its response; None for a
+        result built in Python."""
+        return None
+
 
 @dataclass(frozen=True)
 class ConsumeResult:
@@ -111,6 +119,11 @@ class ConsumeResult:
     dimensions: list[DimensionStatus]
     state: RunState
     reservation_state: ReservationState | None
+
+    @property
+    def reply(self) -> Mapping[str, Any] | None:
+        """As ReserveResult.reply: the stored reply document, or None."""
+        return None
 
 
 @dataclass(frozen=True)

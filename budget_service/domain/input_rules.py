@@ -154,6 +154,13 @@ def validate_scope_budget(budget: ScopeBudget, prefix: str = "") -> list[FieldVi
     found += validate_id(budget.scope_id, _path(prefix, "scope_id"))
     if budget.kind is ScopeBudgetKind.PER_RUN and budget.window is not Window.NONE:
         found.append(FieldViolation(_path(prefix, "window"), "only pooled budgets have a window"))
+    if budget.model_match:
+        path = _path(prefix, "model_match")
+        if budget.kind is ScopeBudgetKind.PER_RUN:
+            found.append(FieldViolation(path, "only pooled budgets have a model_match"))
+        problem = _glob_problem(budget.model_match)
+        if problem is not None:
+            found.append(FieldViolation(path, problem))
     return found + validate_policy(budget.policy, _path(prefix, "policy"))
 
 

@@ -96,6 +96,8 @@ class Window(enum.StrEnum):
     DAY = "day"
     WEEK = "week"
     MONTH = "month"
+    MINUTE = "minute"  # rate windows: tokens or cost per minute or per hour, as exact
+    HOUR = "hour"
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,8 @@ class ScopeBudget:
     window: Window = Window.NONE
     # Per-scope shadow roll-out: runs under an advisory scope are never refused or stopped.
     enforcement: Enforcement = Enforcement.HARD
+    # Pooled only: the pool applies to calls whose model matches this glob ("": every call).
+    model_match: str = ""
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,7 @@ class ModelLists:
 class ModelVerdict:
     allowed: bool
     scope: Scope | None = None  # the scope whose list refused the model
+    scope_id: str = ""  # its id (project, workflow or agent id); empty for the run
 
 
 @dataclass(frozen=True)
@@ -270,12 +275,33 @@ def _scope_rank(entry: ModelLists) -> int:
 WINDOW_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # the one key of a window-less pool
 
 
+def window_end(window: Window, start: datetime) -> datetime | None:
+    """When the window starting at `start` ends (None: a window-less pool never renews)."""
+    if window is Window.NONE:
+        return None
+    if window is Window.MINUTE:
+        return start + timedelta(minutes=1)
+    if window is Window.HOUR:
+        return start + timedelta(hours=1)
+    if window is Window.DAY:
+        return start + timedelta(days=1)
+    if window is Window.WEEK:
+        return start + timedelta(days=7)
+    year, month = divmod(start.month, 12)
+    return start.replace(year=start.year + year, month=month + 1)
+
+
 def window_start(window: Window, now: datetime) -> datetime:
     """The UTC start of the calendar window containing `now`; pools are keyed by it, so a new
     window is simply a new balance row and nothing is ever reset."""
     if now.tzinfo is None:
         raise ValueError("window_start needs an aware datetime")
-    midnight = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    utc = now.astimezone(UTC)
+    if window is Window.MINUTE:
+        return utc.replace(second=0, microsecond=0)
+    if window is Window.HOUR:
+        return utc.replace(minute=0, second=0, microsecond=0)
+    midnight = utc.replace(hour=0, minute=0, second=0, microsecond=0)
     if window is Window.NONE:
         return WINDOW_EPOCH
     if window is Window.DAY:

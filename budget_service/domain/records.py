@@ -133,6 +133,13 @@ class ReservationRecord:
     created_at: datetime
     expires_at: datetime
 
+    @property
+    def reply(self) -> Mapping[str, Any] | None:
+        """The hold of a stored reply document this record reads its fields from (a value
+        decoded by store/stored_replies.py), which the API turns straight into its message;
+        None for a record read from its table or built in Python."""
+        return None
+
 
 @dataclass(frozen=True)
 class StoredScopeBudget:
@@ -187,6 +194,7 @@ class DimensionStatus:
     binding_scope: Scope
     binding_scope_id: str
     clamped_by: str = ""
+    window_end: datetime | None = None  # a windowed pool's: when its current window ends
 
 
 def run_statuses(run: RunRecord, balances: Mapping[Dimension, Balance]) -> list[DimensionStatus]:
@@ -205,10 +213,14 @@ def run_statuses(run: RunRecord, balances: Mapping[Dimension, Balance]) -> list[
     return found
 
 
-def pool_statuses(ref: BalanceRef, balances: Mapping[Dimension, Balance]) -> list[DimensionStatus]:
-    """A pool's bounded dimensions."""
+def pool_statuses(
+    ref: BalanceRef, balances: Mapping[Dimension, Balance], window_end: datetime | None = None
+) -> list[DimensionStatus]:
+    """A pool's bounded dimensions (`window_end`: when its current window ends, if windowed)."""
     return [
-        DimensionStatus(d, b.limit, b.consumed, b.held, b.remaining, ref.scope, ref.scope_id)
+        DimensionStatus(
+            d, b.limit, b.consumed, b.held, b.remaining, ref.scope, ref.scope_id, "", window_end
+        )
         for d, b in balances.items()
         if b.limit is not None
     ]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
+from typing import Any
 
 from budget_service.domain import events as ev
-from budget_service.domain.policy import ModelVerdict, Scope
+from budget_service.domain.policy import MAX_TOTAL, Dimension, Scope
 from budget_service.domain.run_state import (
+    BalanceRef,
     Breach,
     Contention,
     ReservationState,
@@ -16,10 +18,12 @@ from budget_service.domain.run_state import (
 from servicekit.errors import (
     DomainError,
     ErrorKind,
+    FieldViolation,
     PreconditionDetail,
     QuotaDetail,
     RetryDetail,
     not_found,
+    validation_error,
 )
 
 
@@ -28,42 +32,6 @@ def breach_message(breach: Breach) -> str:
     d = breach.dimension
     limit, observed = ev.render_amount(d, breach.limit), ev.render_amount(d, breach.observed)
     return f"budget exhausted: {d} limit {limit}, observed {observed}"
-
-
-def ensure_can_reserve(status: RunStatus) -> None:
-    """Reserve is refused unless the run is ACTIVE (Consume is always recorded)."""
-    if status.state is RunState.FAILED:
-        raise budget_exhausted_error(status.stopped_by)
-    if status.state is RunState.INTERRUPTED:
-        raise run_state_error("RUN_INTERRUPTED", status.state, "the run is interrupted: resume it")
-    if status.state is RunState.CLOSED:
-        raise run_state_error("RUN_CLOSED", status.state, "the run is closed")
-
-
-# The budget refusals that advisory mode reports instead of enforcing (a run's state is enforced).
-BUDGET_REASONS = frozenset({"BUDGET_MODEL_DENIED", "BUDGET_EXHAUSTED", "BUDGET_HELD"})
-
-
-def reserve_refusal(
-    status: RunStatus,
-    verdict: ModelVerdict | None,
-    decide: Callable[[], tuple[Breach | None, Contention | None]],
-) -> str:
-    """The reason a Reserve is refused ("" when granted), in the one precedence: the run's
-    state, then the model policy (None: the call names no model), then a breach, then
-    contention. Check reports it; Reserve refuses in this order and reports it in advisory
-    mode. `decide` runs only when neither state nor model refuses (it may refuse the estimate)."""
-    if status.state is not RunState.ACTIVE:
-        try:
-            ensure_can_reserve(status)
-        except DomainError as refused:
-            return refused.reason
-    if verdict is not None and not verdict.allowed:
-        return "BUDGET_MODEL_DENIED"
-    breach, contention = decide()
-    if breach is not None:
-        return "BUDGET_EXHAUSTED"
-    return "" if contention is None else "BUDGET_HELD"
 
 
 def ensure_resumable(status: RunStatus) -> None:
@@ -78,19 +46,6 @@ def ensure_resumable(status: RunStatus) -> None:
         raise run_state_error("RUN_NOT_INTERRUPTED", status.state, message)
 
 
-def consume_settles_reservation(state: ReservationState) -> bool:
-    """Whether a Consume naming this hold settles it. Released or expired holds no longer count,
-    so the usage is recorded unreserved (billed usage is never lost); consumed ones refuse."""
-    if state is ReservationState.CONSUMED:
-        raise reservation_settled_error(state)
-    return state is ReservationState.OPEN
-
-
-def ensure_can_release(state: ReservationState) -> None:
-    if state is not ReservationState.OPEN:
-        raise reservation_settled_error(state)
-
-
 def run_state_error(reason: str, state: RunState, message: str) -> DomainError:
     """RUN_INTERRUPTED, RUN_CLOSED (and RUN_FAILED, RUN_NOT_INTERRUPTED for ResumeRun):
     FAILED_PRECONDITION."""
@@ -98,17 +53,28 @@ def run_state_error(reason: str, state: RunState, message: str) -> DomainError:
     return DomainError(ErrorKind.PRECONDITION, reason, message, {"state": state.value}, detail)
 
 
-def budget_exhausted_error(breach: Breach | None) -> DomainError:
-    """BUDGET_EXHAUSTED with the breach that stopped the run, and a QuotaFailure detail."""
+def budget_exhausted_error(
+    breach: Breach | None, retry_after_seconds: float | None = None
+) -> DomainError:
+    """BUDGET_EXHAUSTED naming the balance (the run, or a pool's scope and id) and the breach,
+    with a QuotaFailure detail, and RetryInfo until a windowed pool's next window."""
     if breach is None:
         return DomainError(ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED", "the run's budget is exhausted")
-    d = breach.dimension
+    d, ref = breach.dimension, breach.balance
     limit, observed = ev.render_amount(d, breach.limit), ev.render_amount(d, breach.observed)
-    metadata = {"dimension": d.value, "limit": limit, "observed": observed}
-    detail = QuotaDetail(f"{breach.balance.scope.value}:{d.value}", f"{d} limit {limit}")
-    return DomainError(
-        ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED", breach_message(breach), metadata, detail
-    )
+    metadata = {
+        "dimension": d.value,
+        "limit": limit,
+        "observed": observed,
+        "scope": ref.scope.value,
+        "scopeId": ref.scope_id,
+    }
+    detail = QuotaDetail(f"{ref.scope.value}:{d.value}", f"{d} limit {limit}")
+    more = () if retry_after_seconds is None else (RetryDetail(retry_after_seconds),)
+    message = breach_message(breach)
+    if ref.scope is not Scope.RUN:
+        message = f"the {ref.scope.value} {ref.scope_id!r} pool is spent: {d} limit {limit}"
+    return DomainError(ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED", message, metadata, detail, more)
 
 
 def budget_held_error(contention: Contention, retry_after_seconds: float = 1.0) -> DomainError:
@@ -116,6 +82,7 @@ def budget_held_error(contention: Contention, retry_after_seconds: float = 1.0) 
     c, d = contention, contention.dimension
     amounts = {"limit": c.limit, "consumed": c.consumed, "held": c.held, "requested": c.requested}
     metadata = {"dimension": d.value} | {k: ev.render_amount(d, v) for k, v in amounts.items()}
+    metadata |= {"scope": c.balance.scope.value, "scopeId": c.balance.scope_id}
     message = f"{d} is held by open reservations; retry later"
     return DomainError(
         ErrorKind.EXHAUSTED, "BUDGET_HELD", message, metadata, RetryDetail(retry_after_seconds)
@@ -130,13 +97,13 @@ def reservation_settled_error(state: ReservationState) -> DomainError:
     )
 
 
-def model_denied_error(model: str, scope: Scope) -> DomainError:
-    """BUDGET_MODEL_DENIED: refused before any spend."""
+def model_denied_error(model: str, scope: Scope, scope_id: str = "") -> DomainError:
+    """BUDGET_MODEL_DENIED: refused before any spend, naming the scope whose lists refused."""
     return DomainError(
         ErrorKind.PRECONDITION,
         "BUDGET_MODEL_DENIED",
         f"model {model!r} is not allowed by the {scope.value} budget policy",
-        metadata={"model": model, "scope": scope.value},
+        metadata={"model": model, "scope": scope.value, "scopeId": scope_id},
         detail=PreconditionDetail(
             "BUDGET_MODEL_POLICY", f"model:{model}", f"denied by the {scope.value} model lists"
         ),
@@ -164,3 +131,58 @@ def run_exists(run_id: str) -> DomainError:
         "a run with this run_id exists with a different policy or owners",
         metadata={"runId": run_id},
     )
+
+
+# How long a caller refused with BUDGET_HELD should wait before retrying the same request_id.
+HELD_RETRY_SECONDS = 0.5
+
+_STATE_MESSAGES = {
+    "RUN_INTERRUPTED": "the run is interrupted: resume it",
+    "RUN_CLOSED": "the run is closed",
+}
+
+
+def refusal_error(facts: Mapping[str, Any]) -> DomainError:
+    """The DomainError of a refusal the ledger decided (budget.decide_v1), from its facts.
+
+    Only the wording and error details live here; which refusal applies is the database's."""
+    reason = str(facts["reason"])
+    if reason == "BUDGET_EXHAUSTED":
+        breach = None
+        if facts.get("dimension") is not None:
+            ref = BalanceRef(Scope(facts["breach_scope"]), facts["breach_scope_id"])
+            breach = Breach(
+                Dimension(facts["dimension"]),
+                int(facts["limit"]),
+                int(facts["consumed"]),
+                int(facts["observed"]),
+                ref,
+            )
+        retry = facts.get("retry_after_seconds")
+        return budget_exhausted_error(breach, None if retry is None else float(retry))
+    if reason in _STATE_MESSAGES:
+        return run_state_error(reason, RunState(facts["state"]), _STATE_MESSAGES[reason])
+    if reason == "BUDGET_MODEL_DENIED":
+        return model_denied_error(
+            str(facts["model"]), Scope(facts["scope"]), str(facts.get("scope_id", ""))
+        )
+    if reason == "BUDGET_HELD":
+        contention = Contention(
+            Dimension(facts["dimension"]),
+            int(facts["limit"]),
+            int(facts["consumed"]),
+            int(facts["held"]),
+            int(facts["requested"]),
+            BalanceRef(Scope(facts["scope"]), str(facts.get("scope_id", ""))),
+        )
+        return budget_held_error(contention, HELD_RETRY_SECONDS)
+    if reason == "RESERVATION_NOT_FOUND":
+        return reservation_not_found()
+    if reason == "RESERVATION_SETTLED":
+        return reservation_settled_error(ReservationState(facts["state"]))
+    if reason == "RUN_NOT_FOUND":
+        return run_not_found()
+    if reason == "VALIDATION_FAILED":
+        field = str(facts["field"])
+        return validation_error([FieldViolation(field, f"takes a running total past {MAX_TOTAL}")])
+    raise ValueError(f"unknown refusal reason {reason!r}")

@@ -85,14 +85,16 @@ WHERE tenant_id = $1 AND (scope, scope_id) IN (SELECT * FROM unnest($2::text[], 
 _PUT_SCOPE_BUDGET = """
 INSERT INTO budget.scope_budgets (
     tenant_id, scope, scope_id, kind, max_tokens, max_cost_nanos, max_tool_calls, max_retries,
-    model_allow, model_deny, threshold_percent, on_exhaustion, window_kind, enforcement)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+    model_allow, model_deny, threshold_percent, on_exhaustion, window_kind, enforcement,
+    model_match)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, nullif($15, ''))
 ON CONFLICT (tenant_id, scope, scope_id, kind) DO UPDATE SET
     max_tokens = EXCLUDED.max_tokens, max_cost_nanos = EXCLUDED.max_cost_nanos,
     max_tool_calls = EXCLUDED.max_tool_calls, max_retries = EXCLUDED.max_retries,
     model_allow = EXCLUDED.model_allow, model_deny = EXCLUDED.model_deny,
     threshold_percent = EXCLUDED.threshold_percent, on_exhaustion = EXCLUDED.on_exhaustion,
     window_kind = EXCLUDED.window_kind, enforcement = EXCLUDED.enforcement,
+    model_match = EXCLUDED.model_match,
     version = budget.scope_budgets.version + 1, updated_at = now()
 RETURNING version, updated_at"""
 
@@ -237,6 +239,7 @@ async def put_scope_budget(
         p.on_exhaustion.value,
         budget.window.value,
         budget.enforcement.value,
+        budget.model_match,
     )
     return StoredScopeBudget(budget, row["version"], row["updated_at"])
 

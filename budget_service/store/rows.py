@@ -272,4 +272,5 @@ def scope_budget_of(row: Row) -> ScopeBudget:
         policy,
         Window(row["window_kind"]),
         Enforcement(row["enforcement"]),
+        row["model_match"] or "",
     )

@@ -1,17 +1,21 @@
 """Stored replies of Reserve, Consume and Release: the JSON documents the request log keeps.
 
-Both paths store the same shape: the Python path encodes its result here, and the server-side
-functions of migration 0003 build the same document in SQL. A reply is decoded back into the
-domain result for the servicer, fresh or replayed alike. Dimensions are arrays in Dimension
-order; times are microseconds since the Unix epoch (exact, like the database's).
+budget.decide_v1 (migration 0006) builds them in SQL; the encoders here write the same shape
+(the test oracle uses them). A reply is decoded back into the domain result for the servicer,
+fresh or replayed alike: a view whose fields are decoded when first read, and whose `reply` is
+the document itself, which the API converts straight into its response
+(budget_service/api/responses.py), so the hot path builds no domain value it does not read.
+Dimensions are arrays in Dimension order; times are microseconds since the Unix epoch (exact,
+like the database's).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from budget_service.domain.commands import ConsumeResult, ReserveResult
 from budget_service.domain.policy import WINDOW_EPOCH, Dimension, Scope
@@ -58,20 +62,6 @@ def reservation_doc(reservation: ReservationRecord) -> dict[str, Any]:
     }
 
 
-def reservation_of(doc: Mapping[str, Any]) -> ReservationRecord:
-    return ReservationRecord(
-        reservation_id=doc["id"],
-        run_id=doc["run"],
-        model=doc["model"],
-        requested=_amounts(doc["requested"]),
-        granted=_amounts(doc["granted"]),
-        state=_RESERVATION_STATE[doc["state"]],
-        pools=tuple(PoolKey(BalanceRef(_SCOPE[s], i), _time(w)) for s, i, w in doc["pools"]),
-        created_at=_time(doc["created_us"]),
-        expires_at=_time(doc["expires_us"]),
-    )
-
-
 def statuses_doc(statuses: Sequence[DimensionStatus]) -> list[list[Any]]:
     return [
         [
@@ -82,15 +72,19 @@ def statuses_doc(statuses: Sequence[DimensionStatus]) -> list[list[Any]]:
             s.binding_scope.value,
             s.binding_scope_id,
             s.clamped_by,
+            *([] if s.window_end is None else [_us(s.window_end)]),
         ]
         for s in statuses
     ]
 
 
 def statuses_of(doc: Sequence[Sequence[Any]]) -> list[DimensionStatus]:
+    """Rows [dimension, limit, consumed, held, scope, scope_id, clamped_by(, window_end_us)]:
+    a pool's rows carry when its window ends (rows stored before they did have 7 entries)."""
     found = []
-    for dimension, limit, consumed, held, scope, scope_id, clamped_by in doc:
+    for dimension, limit, consumed, held, scope, scope_id, clamped_by, *more in doc:
         remaining = None if limit is None else max(0, limit - consumed - held)
+        end_us = more[0] if more else None
         found.append(
             DimensionStatus(
                 _DIMENSION[dimension],
@@ -101,6 +95,7 @@ def statuses_of(doc: Sequence[Sequence[Any]]) -> list[DimensionStatus]:
                 _SCOPE[scope],
                 scope_id,
                 clamped_by,
+                None if end_us is None else _time(end_us),
             )
         )
     return found
@@ -122,11 +117,107 @@ def reserve_bytes(result: ReserveResult) -> bytes:
     )
 
 
+Decoder = Callable[[Mapping[str, Any]], Any]
+
+
+class _StoredView:
+    """A domain value read from a stored reply document: each field is decoded from `reply`
+    when first read, then kept. Equal to (and hashed like) the plain value of its base class
+    with the same fields; immutable like it."""
+
+    _base: ClassVar[type]
+    _decoders: ClassVar[Mapping[str, Decoder]]  # one per field of _base
+    _doc: Mapping[str, Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        names = [f.name for f in dataclasses.fields(cls._base)]
+        assert list(cls._decoders) == names, (cls.__name__, names)
+
+    def __init__(self, doc: Mapping[str, Any]) -> None:
+        object.__setattr__(self, "_doc", doc)
+
+    @property
+    def reply(self) -> Mapping[str, Any]:
+        return self._doc
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for an attribute not set yet: a field not decoded so far.
+        decode = type(self)._decoders.get(name)
+        if decode is None:
+            raise AttributeError(name)
+        value = decode(self._doc)
+        object.__setattr__(self, name, value)
+        return value
+
+    def _fields(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._decoders)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, self._base):
+            return NotImplemented
+        return self._fields() == tuple(getattr(other, name) for name in self._decoders)
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+
+def _pools(doc: Mapping[str, Any]) -> tuple[PoolKey, ...]:
+    return tuple(PoolKey(BalanceRef(_SCOPE[s], i), _time(w)) for s, i, w in doc["pools"])
+
+
+class StoredReservation(_StoredView, ReservationRecord):
+    """A hold as its reply document stores it (`reply` is the hold's document)."""
+
+    _base = ReservationRecord
+    _decoders = {
+        "reservation_id": lambda doc: doc["id"],
+        "run_id": lambda doc: doc["run"],
+        "model": lambda doc: doc["model"],
+        "requested": lambda doc: _amounts(doc["requested"]),
+        "granted": lambda doc: _amounts(doc["granted"]),
+        "state": lambda doc: _RESERVATION_STATE[doc["state"]],
+        "pools": _pools,
+        "created_at": lambda doc: _time(doc["created_us"]),
+        "expires_at": lambda doc: _time(doc["expires_us"]),
+    }
+
+
+class StoredReserve(_StoredView, ReserveResult):
+    """Reserve's reply as stored."""
+
+    _base = ReserveResult
+    _decoders = {
+        "reservation": lambda doc: StoredReservation(doc["hold"]),
+        "dimensions": lambda doc: statuses_of(doc["dimensions"]),
+        "advisory_refusal_reason": lambda doc: doc["advisory_reason"],
+    }
+
+
+def _overrun(doc: Mapping[str, Any]) -> dict[Dimension, int]:
+    return {d: n for d, n in _amounts(doc["overrun"]).items() if n > 0}
+
+
+def _hold_state(doc: Mapping[str, Any]) -> ReservationState | None:
+    state = doc["hold_state"]
+    return _RESERVATION_STATE[state] if state else None
+
+
+class StoredConsume(_StoredView, ConsumeResult):
+    """Consume's reply as stored: the use case reads its overrun and hold state; the
+    dimensions are decoded only if something reads them."""
+
+    _base = ConsumeResult
+    _decoders = {
+        "overrun": _overrun,
+        "dimensions": lambda doc: statuses_of(doc["dimensions"]),
+        "state": lambda doc: RunState(doc["state"]),
+        "reservation_state": _hold_state,
+    }
+
+
 def reserve_of(data: bytes) -> ReserveResult:
-    doc = json.loads(data)
-    return ReserveResult(
-        reservation_of(doc["hold"]), statuses_of(doc["dimensions"]), doc["advisory_reason"]
-    )
+    return StoredReserve(json.loads(data))
 
 
 def consume_bytes(result: ConsumeResult) -> bytes:
@@ -141,15 +232,7 @@ def consume_bytes(result: ConsumeResult) -> bytes:
 
 
 def consume_of(data: bytes) -> ConsumeResult:
-    doc = json.loads(data)
-    overrun = {d: n for d, n in _amounts(doc["overrun"]).items() if n > 0}
-    reservation_state = doc["hold_state"]
-    return ConsumeResult(
-        overrun,
-        statuses_of(doc["dimensions"]),
-        RunState(doc["state"]),
-        _RESERVATION_STATE[reservation_state] if reservation_state else None,
-    )
+    return StoredConsume(json.loads(data))
 
 
 def release_bytes(reservation: ReservationRecord) -> bytes:
@@ -157,4 +240,4 @@ def release_bytes(reservation: ReservationRecord) -> bytes:
 
 
 def release_of(data: bytes) -> ReservationRecord:
-    return reservation_of(json.loads(data)["hold"])
+    return StoredReservation(json.loads(data)["hold"])

@@ -1,4 +1,6 @@
-"""One locked run in one transaction: lock, expire overdue holds, apply rules, collect changes."""
+"""One locked run in one transaction for the lifecycle calls that stay in Python (OpenRun's
+replays, CloseRun, ResumeRun and the sweeper's expiries): lock, expire overdue holds, collect
+changes. Reserve, Consume, Release and Check never come here: budget.decide_v1 decides them."""
 
 from __future__ import annotations
 
@@ -11,13 +13,11 @@ import asyncpg
 
 from budget_service.domain import events as ev
 from budget_service.domain.accounting import (
-    ConsumeOutcome,
     Outcome,
     ResumeOutcome,
-    apply_consume,
     settle_reservation,
 )
-from budget_service.domain.policy import Dimension, Enforcement, window_start
+from budget_service.domain.policy import Dimension, Enforcement, window_end, window_start
 from budget_service.domain.records import (
     DimensionStatus,
     LedgerEntry,
@@ -46,16 +46,10 @@ from budget_service.store import changes as store_write
 from budget_service.store import locked_writes as store
 
 
-def _settle_pool(
-    pool: PoolBalance, reservation: Amounts | None, usage: Amounts | None
-) -> PoolBalance:
+def _release_on_pool(pool: PoolBalance, reservation: Amounts) -> PoolBalance:
     before = {d: Balance(None, pool.consumed[d], pool.held[d]) for d in Dimension}
-    after = settle_reservation(before, reservation, usage)
-    return replace(
-        pool,
-        consumed={d: b.consumed for d, b in after.items()},
-        held={d: b.held for d, b in after.items()},
-    )
+    after = settle_reservation(before, reservation)
+    return replace(pool, held={d: b.held for d, b in after.items()})
 
 
 class AlreadyApplied(Exception):
@@ -143,17 +137,16 @@ class RunUnit:
         judged = self.judged()
         found = run_statuses(self.run, judged[RUN_BALANCE])
         for ref in sorted(self.current, key=lambda r: r.sort_key):
-            found += pool_statuses(ref, judged[ref])
+            end = window_end(self.configs[ref].window, self.current[ref].window_start)
+            found += pool_statuses(ref, judged[ref], end)
         return found
 
     # --- changing -------------------------------------------------------------------------
 
-    def _pool_delta(
-        self, keys: Sequence[PoolKey], reservation: Amounts | None, usage: Amounts | None
-    ) -> None:
+    def _pool_delta(self, keys: Sequence[PoolKey], reservation: Amounts) -> None:
         for key in keys:
             if key in self.pools:  # rows of a deleted pool were still locked via the hold
-                self.pools[key] = _settle_pool(self.pools[key], reservation, usage)
+                self.pools[key] = _release_on_pool(self.pools[key], reservation)
                 self.changes.pools[key] = self.pools[key]
 
     def _end(
@@ -166,7 +159,7 @@ class RunUnit:
         """Release or expiry: the hold stops counting on the run and on its pools."""
         run_after = settle_reservation(self.run.balances(), reservation.granted)
         self.run = replace(self.run, held={d: b.held for d, b in run_after.items()})
-        self._pool_delta(reservation.pools, reservation.granted, None)
+        self._pool_delta(reservation.pools, reservation.granted)
         self._ledger(
             decision, reservation, held=add({}, reservation.granted, -1), pools=reservation.pools
         )
@@ -181,65 +174,6 @@ class RunUnit:
     def expire(self, reservation: ReservationRecord) -> None:
         self._end(reservation, ReservationState.EXPIRED, "expire")
 
-    def grant(self, reservation: ReservationRecord, advisory_reason: str = "") -> None:
-        self.run = replace(self.run, held=add(self.run.held, reservation.granted))
-        for key in reservation.pools:
-            pool = self.pools[key]
-            self.pools[key] = self.changes.pools[key] = replace(
-                pool, held=add(pool.held, reservation.granted)
-            )
-        self.changes.new_reservation = reservation
-        self._ledger(
-            "grant",
-            reservation,
-            held=reservation.granted,
-            pools=reservation.pools,
-            reason=advisory_reason or None,
-        )
-        if advisory_reason:
-            self.changes.advisory_refusals += 1
-        self.touched = True
-
-    def consume(
-        self,
-        reservation: ReservationRecord | None,
-        model: str,
-        usage: Amounts,
-        enforcement: Enforcement,
-        reservation_id: str | None = None,
-    ) -> ConsumeOutcome:
-        """Records usage on the run and its pools: the hold's rows, or the current windows.
-        `reservation_id` names an already ended hold the usage was meant for (audit only)."""
-        granted = reservation.granted if reservation else None
-        outcome = apply_consume(
-            self.run.balances(), granted, usage, self.run.budget, self.run.status, enforcement
-        )
-        self.run = replace(
-            self.run,
-            status=outcome.status,
-            consumed={d: b.consumed for d, b in outcome.balances.items()},
-            held={d: b.held for d, b in outcome.balances.items()},
-        )
-        keys = reservation.pools if reservation else tuple(self.current.values())
-        self._pool_delta(keys, granted, usage)
-        self.changes.events += outcome.events
-        self.changes.ledger.append(
-            LedgerEntry(
-                "consume",
-                self.run.policy_version,
-                reservation_id=reservation.reservation_id if reservation else reservation_id,
-                model=model,
-                consumed=amounts(usage),
-                held=add({}, granted or {}, -1),
-                pools=tuple(keys),
-            )
-        )
-        if reservation:
-            self.changes.ended[reservation.reservation_id] = ReservationState.CONSUMED
-            self.reservation_ends.append(ReservationState.CONSUMED)
-        self.touched = True
-        return outcome
-
     def apply(self, outcome: Outcome) -> None:
         """A new run status and its events (breaches, resumes)."""
         self.run = replace(self.run, status=outcome.status)
@@ -249,20 +183,6 @@ class RunUnit:
             )
         self.changes.events += outcome.events
         self.touched = True
-
-    def refuse(
-        self, reason: str, model: str, requested: Amounts, detail: Mapping[str, Any] | None = None
-    ) -> None:
-        """A refused Reserve leaves an append-only trace, nothing else."""
-        self.changes.ledger.append(
-            LedgerEntry(
-                "refusal",
-                self.run.policy_version,
-                reason=reason,
-                model=model,
-                detail={"requested": {d.value: v for d, v in requested.items()}, **(detail or {})},
-            )
-        )
 
     def close(self, outcome: RunOutcome) -> None:
         """FAILED stays FAILED (its failure code is the more useful fact); others become CLOSED."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from servicekit.batching import BatchSettings
 from servicekit.labels import MetricLabels
 from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
 
@@ -38,6 +39,13 @@ class BudgetSettings:
     metric_labels: MetricLabels
     # Concurrent WatchRunEvents streams one tenant may hold open on one server process.
     max_streams_per_tenant: int = 100
+    # Concurrent WatchTenantEvents streams one tenant may hold open on one server process, and
+    # the longest wait of an idle one between two reads of the events table.
+    max_tenant_streams_per_tenant: int = 10
+    tenant_stream_poll_seconds: float = 0.5
+    # Group commit of Reserve/Consume/Release (and of Checks): requests per statement, and
+    # statements of one tenant at the database at once from one process.
+    batch: BatchSettings = field(default_factory=BatchSettings)
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> BudgetSettings:
@@ -67,5 +75,16 @@ class BudgetSettings:
             metric_labels=MetricLabels.from_env(env),
             max_streams_per_tenant=env.integer(
                 "RATION_BUDGET_MAX_STREAMS_PER_TENANT", 100, minimum=1
+            ),
+            max_tenant_streams_per_tenant=env.integer(
+                "RATION_BUDGET_MAX_TENANT_STREAMS_PER_TENANT", 10, minimum=1
+            ),
+            tenant_stream_poll_seconds=env.integer(
+                "RATION_BUDGET_TENANT_STREAM_POLL_MS", 500, minimum=10
+            )
+            / 1000,
+            batch=BatchSettings(
+                max_items=env.integer("RATION_BUDGET_BATCH_MAX", 64, minimum=1),
+                inflight=env.integer("RATION_BUDGET_BATCH_INFLIGHT", 2, minimum=1),
             ),
         )

@@ -1,4 +1,4 @@
-"""Concurrent WatchRunEvents streams per tenant, capped so one tenant cannot hold them all."""
+"""Concurrent event streams per tenant, capped so one tenant cannot hold them all."""
 
 from __future__ import annotations
 

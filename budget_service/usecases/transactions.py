@@ -10,7 +10,7 @@ import asyncpg
 
 from budget_service.adapters.metrics import BudgetMetrics, Tally
 from budget_service.domain.commands import Mutation, RunView
-from budget_service.domain.policy import Enforcement, HostCeilings
+from budget_service.domain.policy import Enforcement, HostCeilings, window_end
 from budget_service.domain.records import pool_statuses, run_statuses
 from budget_service.store.reads import RunSnapshot
 from budget_service.usecases.locked_run import AlreadyApplied
@@ -103,6 +103,8 @@ class Transactions:
         run = snapshot.run
         statuses = run_statuses(run, run.balances(snapshot.overdue))
         for pool in sorted(snapshot.pools, key=lambda p: p.balance.key.ref.sort_key):
-            statuses += pool_statuses(pool.balance.key.ref, pool.balance.judged(pool.budget.policy))
+            key = pool.balance.key
+            end = window_end(pool.budget.window, key.window_start)
+            statuses += pool_statuses(key.ref, pool.balance.judged(pool.budget.policy), end)
         advisory = self.enforcement(run.scope_advisory) is Enforcement.ADVISORY
         return RunView(run, statuses, advisory)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+from datetime import UTC, timedelta
 from pathlib import Path
 
 import asyncpg
 import grpc
+from google.rpc import error_details_pb2
 
 from budget_service.domain.policy import Window, window_start
 from ration.budget.v1 import budget_pb2 as pb
@@ -112,17 +115,65 @@ async def test_a_pool_is_shared_by_every_run_of_its_scope(
     held = await rpc_error(budget.reserve("b", tokens=40))  # fits run b, not the pool
     assert held.reason == "BUDGET_HELD"
     await budget.consume("a", reservation.reservation.reservation_id, tokens=70)
-    breach = await rpc_error(budget.reserve("b", tokens=40))
-    assert (breach.reason, breach.metadata["observed"]) == ("BUDGET_EXHAUSTED", "110")
-    assert (await budget.get_run("b")).state == pb.RUN_STATE_FAILED
+    spent = await rpc_error(budget.reserve("b", tokens=40))
+    # The pool cannot fit it: refused naming the pool, until the next window; run b lives.
+    assert (spent.code, spent.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "BUDGET_EXHAUSTED")
+    assert spent.metadata == {
+        "dimension": "tokens",
+        "limit": "100",
+        "observed": "110",
+        "scope": "project",
+        "scopeId": "p",
+    }
+    retry = spent.require(error_details_pb2.RetryInfo).retry_delay.ToTimedelta()
+    assert timedelta(0) < retry <= timedelta(days=31)
+    assert (await budget.get_run("b")).state == pb.RUN_STATE_ACTIVE
+    assert "cap.breached" not in [t for t, _ in await budget.trace("b")]
+    last = await budget.reserve("b", tokens=30)
+    assert last.reservation.granted.tokens == 30
     reply = await budget.stub.GetScopeBudget(
         pb.GetScopeBudgetRequest(
             scope=pb.SCOPE_PROJECT, scope_id="p", kind=pb.SCOPE_BUDGET_KIND_POOLED
         )
     )
     tokens = next(d for d in reply.balance.dimensions if d.dimension == pb.DIMENSION_TOKENS)
-    assert (tokens.limit, tokens.consumed, tokens.held, tokens.remaining) == (100, 70, 0, 30)
+    assert (tokens.limit, tokens.consumed, tokens.held, tokens.remaining) == (100, 70, 30, 0)
     assert reply.budget.version == 1
+
+
+async def test_pool_events_go_to_the_pool_once_per_window_never_into_run_logs(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT,
+        "p",
+        kind=pb.SCOPE_BUDGET_KIND_POOLED,
+        window=pb.WINDOW_DAY,
+        max_tokens=100,
+    )
+    await budget.open_run("a", project_id="p")
+    await budget.open_run("b", project_id="p")
+    await budget.consume("a", tokens=85)  # crosses the pool's 80 %
+    await budget.consume("b", tokens=20)  # exhausts it (105 of 100: usage is never refused)
+    await budget.consume("a", tokens=1)  # nothing new: once per pool, window and dimension
+    refused = await rpc_error(budget.reserve("a", tokens=1))
+    assert (refused.reason, refused.metadata["scope"]) == ("BUDGET_EXHAUSTED", "project")
+    rows = await db.fetch(
+        "SELECT scope, scope_id, seq, type, payload_json FROM budget.pool_events ORDER BY seq"
+    )
+    assert [(r["scope"], r["scope_id"], r["seq"], r["type"]) for r in rows] == [
+        ("project", "p", 1, "budget.threshold.crossed"),
+        ("project", "p", 2, "budget.exhausted"),
+    ]
+    assert json.loads(rows[1]["payload_json"]) == {
+        "dimension": "tokens",
+        "consumed": 105,
+        "limit": 100,
+    }
+    for run_id in ("a", "b"):  # the runs have no limit of their own: no events of the pool's
+        assert [t for t, _ in await budget.trace(run_id)] == ["budget.reserved"]
+        assert (await budget.get_run(run_id)).state == pb.RUN_STATE_ACTIVE
 
 
 async def test_a_new_window_is_a_new_balance_row(
@@ -217,3 +268,109 @@ async def test_tenants_are_isolated_and_roles_enforced(
         assert hidden.reason == "RUN_NOT_FOUND"
         anonymous = await rpc_error(Budget(channel).get_run("only-a"))
         assert anonymous.code == grpc.StatusCode.UNAUTHENTICATED
+
+
+async def test_a_minute_pool_limits_tokens_per_minute_exactly(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT,
+        "rate",
+        kind=pb.SCOPE_BUDGET_KIND_POOLED,
+        window=pb.WINDOW_MINUTE,
+        max_tokens=60,
+    )
+    await budget.open_run("r", project_id="rate")
+    second = (await db.fetchval("SELECT now()")).second
+    if second >= 50:  # start clear of a minute boundary, so the steps share one window
+        await asyncio.sleep(61 - second)
+    await budget.consume("r", tokens=60)
+    spent = await rpc_error(budget.reserve("r", tokens=1))
+    assert (spent.reason, spent.metadata["scopeId"]) == ("BUDGET_EXHAUSTED", "rate")
+    retry = spent.require(error_details_pb2.RetryInfo).retry_delay.ToTimedelta()
+    assert timedelta(0) < retry <= timedelta(minutes=1)  # until the next minute
+    # Pretend that minute is over: its row moves one window back; the new minute is fresh.
+    await db.execute(
+        "UPDATE budget.pool_balances SET window_start = window_start - interval '1 minute'"
+    )
+    assert (await budget.reserve("r", tokens=60)).reservation.granted.tokens == 60
+    starts = await db.fetch("SELECT window_start FROM budget.pool_balances ORDER BY 1")
+    now = await db.fetchval("SELECT now()")
+    assert starts[-1]["window_start"] == window_start(Window.MINUTE, now)
+    assert len(starts) == 2
+
+
+async def test_a_per_model_pool_limits_only_the_models_it_matches(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    # At most $5 a day on gpt-4o* for the project; nothing else limited.
+    stored = await budget.put_scope(
+        pb.SCOPE_PROJECT,
+        "p",
+        kind=pb.SCOPE_BUDGET_KIND_POOLED,
+        window=pb.WINDOW_DAY,
+        model_match="gpt-4o*",
+        max_cost_nanos=5 * USD,
+    )
+    assert stored.model_match == "gpt-4o*"
+    await budget.open_run("r", project_id="p")
+    hold = await budget.reserve("r", model="gpt-4o-mini", cost_nanos=4 * USD)
+
+    async def pools_of(reserved: pb.ReserveResponse) -> list[str]:
+        found = await db.fetchval(
+            "SELECT pool_scope_ids FROM budget.holds WHERE reservation_id = $1",
+            reserved.reservation.reservation_id,
+        )
+        return list(found)
+
+    assert await pools_of(hold) == ["p"]
+    await budget.consume(
+        "r", hold.reservation.reservation_id, model="gpt-4o-mini", cost_nanos=5 * USD
+    )
+    spent = await rpc_error(budget.reserve("r", model="gpt-4o", cost_nanos=1))
+    assert (spent.reason, spent.metadata["scope"]) == ("BUDGET_EXHAUSTED", "project")
+    other = await budget.reserve("r", model="claude-3", cost_nanos=100 * USD)
+    assert other.reservation.granted.cost_nanos == 100 * USD
+    assert await pools_of(other) == []  # the pool never held it
+    await budget.consume("r", model="claude-3", cost_nanos=USD)  # nor counts its usage
+    tools = await budget.reserve("r", model="", tool_calls=1)  # no model: a pool never applies
+    assert await pools_of(tools) == []
+    consumed = await db.fetchval("SELECT consumed_cost_nanos FROM budget.pool_balances")
+    assert consumed == 5 * USD
+    bad = await rpc_error(
+        budget.put_scope(pb.SCOPE_PROJECT, "q", model_match="gpt-4o*", max_tokens=5)
+    )
+    violations = bad.require(error_details_pb2.BadRequest).field_violations
+    assert (bad.reason, [v.field for v in violations]) == (
+        "VALIDATION_FAILED",
+        ["budget.model_match"],
+    )
+
+
+async def test_check_and_reserve_report_when_each_pool_window_ends(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT, "p", kind=pb.SCOPE_BUDGET_KIND_POOLED, window=pb.WINDOW_DAY, max_tokens=9
+    )
+    await budget.put_scope(pb.SCOPE_AGENT, "a", kind=pb.SCOPE_BUDGET_KIND_POOLED, max_tokens=9)
+    await budget.open_run("r", project_id="p", agent_id="a", max_tokens=100)
+    now = await db.fetchval("SELECT now()")
+    midnight = window_start(Window.DAY, now) + timedelta(days=1)
+    check = await budget.check("r", tokens=1)
+    reserve = await budget.reserve("r", tokens=1)
+    for dimensions in (check.dimensions, reserve.dimensions):
+        ends = {
+            (d.binding_scope, d.binding_scope_id): (
+                d.window_end.ToDatetime(tzinfo=UTC) if d.HasField("window_end") else None
+            )
+            for d in dimensions
+        }
+        assert ends == {
+            (pb.SCOPE_RUN, ""): None,  # the run's own balance has no window
+            (pb.SCOPE_AGENT, "a"): None,  # a window-less pool never renews
+            (pb.SCOPE_PROJECT, "p"): midnight,
+        }

@@ -22,7 +22,7 @@ async def test_a_denied_model_is_refused_before_any_hold_exists(
     refused = await rpc_error(budget.reserve("r", model="gpt-4-32k", tokens=10))
     assert refused.code == grpc.StatusCode.FAILED_PRECONDITION
     assert refused.reason == "BUDGET_MODEL_DENIED"
-    assert refused.metadata == {"model": "gpt-4-32k", "scope": "run"}
+    assert refused.metadata == {"model": "gpt-4-32k", "scope": "run", "scopeId": ""}
     assert await reservations(db, "r") == 0
     # Nothing was spent or held; the refusal is only an append-only ledger row.
     run = await budget.get_run("r")
@@ -47,11 +47,11 @@ async def test_deny_in_any_scope_wins_over_allow_in_another(
     await budget.open_run("r", project_id="p", agent_id="a", model_allow=["claude-3-opus-2024"])
     refused = await rpc_error(budget.reserve("r", model="claude-3-opus-2024", tokens=1))
     assert refused.reason == "BUDGET_MODEL_DENIED"
-    assert refused.metadata["scope"] == "project"
+    assert (refused.metadata["scope"], refused.metadata["scopeId"]) == ("project", "p")
     assert await reservations(db, "r") == 0
     check = await budget.check("r", model="claude-3-opus-2024", tokens=1)
     assert (check.would_grant, check.refusal_reason) == (False, "BUDGET_MODEL_DENIED")
-    assert check.model_verdict.scope == pb.SCOPE_PROJECT
+    assert (check.model_verdict.scope, check.model_verdict.scope_id) == (pb.SCOPE_PROJECT, "p")
 
 
 async def test_every_declared_allow_list_must_match(budget_channel: grpc.aio.Channel) -> None:

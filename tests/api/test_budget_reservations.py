@@ -33,6 +33,8 @@ async def test_contention_is_retryable_and_leaves_the_run_active(
         "consumed": "0",
         "held": "60",
         "requested": "50",
+        "scope": "run",
+        "scopeId": "",
     }
     retry = held.detail(error_details_pb2.RetryInfo)
     assert retry is not None

@@ -46,7 +46,13 @@ async def test_cost_trace_crosses_exhausts_breaches_and_fails_the_run(
         refused = await rpc_error(budget.reserve("cost-run", tokens=1))
         assert refused.code == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert refused.reason == "BUDGET_EXHAUSTED"
-        assert refused.metadata == {"dimension": "cost", "limit": "1.0", "observed": "1.02"}
+        assert refused.metadata == {
+            "dimension": "cost",
+            "limit": "1.0",
+            "observed": "1.02",
+            "scope": "run",
+            "scopeId": "",
+        }
     # Usage is still recorded on a failed run: the provider billed it.
     consumed = await budget.consume("cost-run", cost_nanos=10_000_000)
     assert consumed.state == pb.RUN_STATE_FAILED
@@ -83,7 +89,13 @@ async def test_tool_call_trace_third_reserve_breaches_and_fails(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
         "BUDGET_EXHAUSTED",
     )
-    assert refused.metadata == {"dimension": "toolCalls", "limit": "2", "observed": "3"}
+    assert refused.metadata == {
+        "dimension": "toolCalls",
+        "limit": "2",
+        "observed": "3",
+        "scope": "run",
+        "scopeId": "",
+    }
     assert await budget.trace("tool-run") == [
         ("budget.reserved", {"effectiveBudget": {"maxToolCalls": 2}, "scope": "run"}),
         ("budget.consumed", {"dimension": "toolCalls", "consumed": 1, "limit": 2, "remaining": 1}),

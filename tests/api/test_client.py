@@ -11,7 +11,6 @@ import pytest
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
-from ration.budget.v1 import budget_pb2
 from ration_client import (
     Amounts,
     BudgetClient,
@@ -19,12 +18,15 @@ from ration_client import (
     BudgetHeld,
     BudgetPolicy,
     CapacityExceeded,
+    Dimension,
     InvalidRequest,
     MemoryClient,
     ModelDenied,
     ModelPatterns,
     NotFound,
     RunExists,
+    StoreBusy,
+    Unavailable,
     usd,
 )
 from ration_client import errors as client_errors
@@ -77,7 +79,7 @@ async def test_retry_after_unavailable_reuses_the_request_id_and_counts_once(
     assert lose.dropped == 1
     assert len(lose.request_ids) == 2
     assert lose.request_ids[0] == lose.request_ids[1]
-    tokens = next(d for d in run.dimensions if d.dimension == budget_pb2.DIMENSION_TOKENS)
+    tokens = run.status(Dimension.TOKENS)
     assert (tokens.consumed, tokens.held) == (80, 0)
     consumes = await db.fetchval(
         "SELECT count(*) FROM budget.ledger WHERE run_id = 'r1' AND decision = 'consume'"
@@ -112,8 +114,8 @@ async def test_documented_refusals_raise_their_typed_exceptions(budget_address: 
         await budget.release("r2", first.reservation.reservation_id)
         with pytest.raises(BudgetExhausted) as exhausted:
             await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=101))
-        assert (exhausted.value.dimension, exhausted.value.limit) == ("tokens", "100")
-        assert exhausted.value.observed == "101"
+        assert (exhausted.value.dimension, exhausted.value.limit) == (Dimension.TOKENS, 100)
+        assert exhausted.value.observed == 101
 
 
 async def test_memory_capacity_refusal_is_capacity_exceeded(start_server: StartServer) -> None:
@@ -122,8 +124,8 @@ async def test_memory_capacity_refusal_is_capacity_exceeded(start_server: StartS
         await memory.append("agent/1", ["first fact"])
         with pytest.raises(CapacityExceeded) as refused:
             await memory.append("agent/1", ["second fact"])
-    assert (refused.value.dimension, refused.value.limit) == ("active_entries", "1")
-    assert refused.value.observed == "2"
+    assert (refused.value.dimension, refused.value.limit) == ("active_entries", 1)
+    assert refused.value.observed == 2
 
 
 async def test_forget_redacts_the_run_secrets_from_its_reason(start_server: StartServer) -> None:
@@ -167,6 +169,7 @@ DOCUMENTED = {  # DESIGN.md section 11, reason → code
     "HISTORY_WINDOW_EXCEEDED": grpc.StatusCode.FAILED_PRECONDITION,
     "REVISION_CONFLICT": grpc.StatusCode.ABORTED,
     "STORE_UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
+    "STORE_BUSY": grpc.StatusCode.UNAVAILABLE,
     "TENANT_BUSY": grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
@@ -177,6 +180,43 @@ def test_every_documented_reason_maps_to_its_exception(reason: str, code: grpc.S
     assert type(error) is client_errors.BY_REASON[reason]
     assert type(error) is not client_errors.RationError
     assert (error.reason, error.code) == (reason, code)
+
+
+class BusyFirst(grpc.aio.UnaryUnaryClientInterceptor):
+    """Answers the first call of `method` with STORE_BUSY without sending it, as a server
+    whose pool stayed full would."""
+
+    def __init__(self, method: str) -> None:
+        self.method = method
+        self.refused = 0
+        self.sent = 0
+
+    async def intercept_unary_unary(
+        self, continuation: Any, details: grpc.aio.ClientCallDetails, request: Any
+    ) -> Any:
+        method = details.method.decode() if isinstance(details.method, bytes) else details.method
+        if method.endswith(self.method):
+            if not self.refused:
+                self.refused += 1
+                raise rpc_error("STORE_BUSY", grpc.StatusCode.UNAVAILABLE)
+            self.sent += 1
+        return await continuation(details, request)
+
+
+def test_store_busy_is_a_retryable_unavailable() -> None:
+    error = client_errors.decode(rpc_error("STORE_BUSY", grpc.StatusCode.UNAVAILABLE))
+    assert isinstance(error, StoreBusy)
+    assert isinstance(error, Unavailable)  # `except Unavailable` covers both store reasons
+    assert error.retryable
+
+
+async def test_the_client_retries_store_busy_with_the_same_request(budget_address: str) -> None:
+    busy = BusyFirst("/GetRun")
+    async with BudgetClient(budget_address, interceptors=[busy]) as budget:
+        await budget.open_run("r7", project_id="p", policy=BudgetPolicy(max_tokens=10))
+        run = await budget.get_run("r7")
+    assert run.run_id == "r7"
+    assert (busy.refused, busy.sent) == (1, 1)
 
 
 async def reservation_state(db: asyncpg.Connection, run_id: str) -> list[str]:

@@ -94,6 +94,6 @@ async def test_a_small_write_of_one_tenant_is_not_stalled_by_another_tenants_flo
     assert len(refused) >= 1
     for error in refused:
         assert isinstance(error, TenantBusy), error
-        assert error.limit == str(SHARE)
+        assert error.limit == SHARE
         assert error.retry_after_seconds > 0
         assert error.retryable

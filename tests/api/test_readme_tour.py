@@ -13,33 +13,67 @@ from tests.support.servers import StartServer
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def tour_code() -> str:
+def readme_block(name: str) -> str:
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"<!-- tour:begin -->\n```python\n(.*?)```\n<!-- tour:end -->", readme, re.S)
-    assert block, "README.md lost its tour block"
+    pattern = rf"<!-- {name}:begin -->\n```python\n(.*?)```\n<!-- {name}:end -->"
+    block = re.search(pattern, readme, re.S)
+    assert block, f"README.md lost its {name} block"
     return block.group(1)
 
 
-async def test_readme_tour_runs_against_real_servers(start_server: StartServer) -> None:
-    budget = await start_server("budget")
-    memory = await start_server("memory")
-    env = {
-        **os.environ,
-        "RATION_BUDGET_ADDRESS": f"127.0.0.1:{budget.port}",
-        "RATION_MEMORY_ADDRESS": f"127.0.0.1:{memory.port}",
-    }
+def tour_code() -> str:
+    return readme_block("tour")
+
+
+async def run_block(code: str, **addresses: int) -> str:
+    """Runs a README block in a fresh interpreter against the given servers; its stdout."""
+    env = {**os.environ}
+    env.update(
+        {f"RATION_{kind.upper()}_ADDRESS": f"127.0.0.1:{p}" for kind, p in addresses.items()}
+    )
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",
-        tour_code(),
+        code,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(process.communicate(), timeout=60)
     assert process.returncode == 0, err.decode()[-3000:]
-    text = out.decode()
+    return out.decode()
+
+
+async def test_readme_tour_runs_against_real_servers(start_server: StartServer) -> None:
+    budget = await start_server("budget")
+    memory = await start_server("memory")
+    text = await run_block(tour_code(), budget=budget.port, memory=memory.port)
     assert "[REDACTED:booking_key]" in text
     assert "sk-live-1234567890abcdef" not in text
     assert "budget.reserved" in text
     assert "budget.consumed" in text
+
+
+async def test_readme_worst_case_and_report_block_runs_as_it_says(
+    start_server: StartServer,
+) -> None:
+    budget = await start_server("budget")
+    text = await run_block(readme_block("worst-case"), budget=budget.port)
+    lines = text.splitlines()
+    assert lines[0] == "max_tokens that fits: 1366"
+    assert lines[1] == "overrun: Amounts(tokens=0, cost_nanos=0, tool_calls=0, retries=0)"
+    assert lines[2:] == ["gpt-4o-mini 0.000720000 USD 2100 tokens 1 calls"]
+
+
+async def test_readme_budget_semantics_block_runs_as_it_says(start_server: StartServer) -> None:
+    budget = await start_server("budget")
+    text = await run_block(readme_block("semantics"), budget=budget.port)
+    assert text.splitlines() == [
+        "overrun: 30",
+        "granted up to: 870",
+        "interrupted",
+        "resumed: active",
+        "pool: project fleet retry within a day: True",
+        "run: active",
+        "advisory: BUDGET_EXHAUSTED",
+    ]

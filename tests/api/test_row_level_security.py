@@ -136,22 +136,25 @@ async def test_a_memory_read_without_the_app_filter_sees_only_the_callers_rows(
     assert await as_tenant(app_database_url, None, everything) == []
 
 
-async def test_check_enters_the_tenant_itself_and_sees_only_the_callers_runs(
-    budget_pair: tuple[Budget, Budget],
-    db: asyncpg.Connection,
-    monkeypatch: pytest.MonkeyPatch,
+async def test_the_decision_function_enters_the_tenant_of_its_argument(
+    budget_pair: tuple[Budget, Budget], app_database_url: str
 ) -> None:
+    """budget.decide_v1 sets ration.tenant_id from its tenant argument, whatever the caller's
+    transaction had entered, so its reads and writes are filtered by row-level security as
+    that tenant: beta's Check of alpha's run finds nothing even inside alpha's transaction."""
     alpha, beta = budget_pair
     await alpha.open_run("run-a", max_tokens=1000)
-    # Check's one statement without the application's tenant filter.
-    stripped = store_reads._READ_RUNS.replace("r.tenant_id = $1 AND ", "")
-    assert stripped != store_reads._READ_RUNS
-    monkeypatch.setattr(store_reads, "_READ_RUNS", stripped)
     assert (await rpc_error(beta.check("run-a", tokens=5))).reason == "RUN_NOT_FOUND"
     assert (await alpha.check("run-a", tokens=5)).would_grant
-    # The control: with row-level security off, the stripped statement does find alpha's run.
-    await db.execute("ALTER TABLE budget.runs DISABLE ROW LEVEL SECURITY")
-    assert (await beta.check("run-a", tokens=5)).would_grant
+    call = (
+        "SELECT d.outcomes, current_setting('ration.tenant_id') AS entered FROM budget.decide_v1("
+        "$1, false, true, ARRAY['check'], ARRAY[''], ARRAY[''::bytea], ARRAY['run-a'],"
+        " ARRAY[''], ARRAY[''], ARRAY[5]::bigint[], ARRAY[0]::bigint[], ARRAY[0]::bigint[],"
+        " ARRAY[0]::bigint[], ARRAY[false], ARRAY[0]) d"
+    )
+    for tenant, outcome in (("beta", "not_found"), ("alpha", "checked")):
+        (row,) = await as_tenant(app_database_url, "alpha", call, tenant)
+        assert (row["outcomes"], row["entered"]) == ([outcome], tenant)
 
 
 async def test_writes_for_another_tenant_are_refused_by_the_policy(

@@ -153,6 +153,7 @@ class Budget:
         kind: pb.ScopeBudgetKind = pb.SCOPE_BUDGET_KIND_PER_RUN_CAP,
         window: pb.Window = pb.WINDOW_UNSPECIFIED,
         enforcement: pb.Enforcement = pb.ENFORCEMENT_UNSPECIFIED,
+        model_match: str = "",
         **policy_fields: Any,
     ) -> pb.ScopeBudget:
         budget = pb.ScopeBudget(
@@ -162,6 +163,7 @@ class Budget:
             policy=policy(**policy_fields),
             window=window,
             enforcement=enforcement,
+            model_match=model_match,
         )
         reply = await self.stub.PutScopeBudget(
             pb.PutScopeBudgetRequest(request_id=new_id(), budget=budget), metadata=self.metadata

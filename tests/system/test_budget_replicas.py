@@ -1,4 +1,12 @@
-"""Two budget replicas, 200 clients, a SIGKILL: no overspend, no double count, no lost usage."""
+"""Two budget replicas, 200 clients, a SIGKILL: no overspend, no double count, no lost usage.
+
+The clients crowd a few runs of one tenant, so each replica has many calls of a run in flight
+at once (which a server may decide together, in one transaction). Just before the kill a burst
+of Reserves goes to the doomed replica and is never retried: whatever the kill cut off must be
+all or nothing. After the load every acknowledged call is in the ledger exactly once (by
+request_id), and every Reserve or Consume the ledger holds has all its rows (its hold, its
+ledger row, its stored reply) while every other has none of them.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ import grpc
 import pytest
 
 from ration.budget.v1 import budget_pb2 as pb
-from tests.support.audits import assert_ledger_matches_balances
+from tests.support.audits import audit_budget
 from tests.support.budget import Budget
 from tests.support.procs import BIN, Proc, clean_env
 
@@ -26,7 +34,8 @@ CLIENTS = 200
 ITERATIONS = 6
 RUN_LIMIT = 8_000
 POOL_LIMIT = 12_000
-WORKER_RUNS = 10
+WORKER_RUNS = 3  # a few runs: many calls of each in flight at once
+ABANDONED = 60  # Reserves sent to the doomed replica as it is killed, never retried
 HOLD_TTL_SECONDS = 2
 DEADLINE = 55.0  # the whole load is bounded; never a speed assertion
 
@@ -61,6 +70,10 @@ class Ledger:
 
     consumed: dict[str, int] = field(default_factory=dict)  # run -> tokens acknowledged
     acknowledged: dict[str, int] = field(default_factory=dict)  # consume request_id -> tokens
+    reserves: set[str] = field(default_factory=set)  # every Reserve request_id sent
+    consumes: set[str] = field(default_factory=set)  # every Consume request_id sent
+    granted: dict[str, str] = field(default_factory=dict)  # acknowledged Reserve -> hold id
+    abandoned: int = 0  # abandoned Reserves the kill cut off (no reply)
     replays: int = 0
     failovers: int = 0
     samples: list[tuple[int, int]] = field(default_factory=list)
@@ -114,6 +127,7 @@ async def client(
             estimate=pb.Amounts(tokens=rng.randint(20, 80)),
             ttl_seconds=HOLD_TTL_SECONDS,
         )
+        ledger.reserves.add(reserve.request_id)
         try:
             reply = await cluster.call(index, ledger, "Reserve", reserve)
         except grpc.aio.AioRpcError as error:
@@ -125,6 +139,7 @@ async def client(
             return  # exhausted or failed: this run is done
         assert isinstance(reply, pb.ReserveResponse)
         reservation = reply.reservation
+        ledger.granted[reserve.request_id] = reservation.reservation_id
         if rng.random() < 0.1:
             continue  # a leaked hold: it must expire and stop counting
         usage = rng.randint(0, reservation.granted.tokens)
@@ -135,6 +150,7 @@ async def client(
             model="gpt-4o",
             usage=pb.Amounts(tokens=usage),
         )
+        ledger.consumes.add(consume.request_id)
         # A duplicate in flight and a retry afterwards: all three must count once.
         first, twin = await asyncio.gather(
             cluster.call(index, ledger, "Consume", consume),
@@ -175,17 +191,46 @@ async def load(procs: list[Proc], database_url: str) -> Ledger:
 
     async def kill_replica() -> None:
         await progress.wait()
+        doomed = cluster.budgets[2].stub  # the channels of replica 1 are budgets[2:]
+        burst = [abandoned_reserve(i) for i in range(ABANDONED)]
+        ledger.reserves.update(r.request_id for r in burst)
+        calls = [asyncio.ensure_future(doomed.Reserve(r, timeout=10)) for r in burst]
+        # Once the replica answers one, the others are in flight in it: kill it there.
+        await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
         procs[1].send(signal.SIGKILL)  # mid-load, no goodbye
         cluster.dead.add(1)
+        for request, outcome in zip(
+            burst, await asyncio.gather(*calls, return_exceptions=True), strict=True
+        ):
+            if isinstance(outcome, pb.ReserveResponse):
+                ledger.granted[request.request_id] = outcome.reservation.reservation_id
+            elif isinstance(outcome, grpc.aio.AioRpcError):
+                if outcome.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                    ledger.abandoned += 1
+            else:
+                raise AssertionError(outcome)
 
     killer = asyncio.create_task(kill_replica())
     clients = [client(i, cluster, ledger, progress, rng) for i in range(CLIENTS)]
     await asyncio.wait_for(asyncio.gather(*clients), DEADLINE)
     done.set()
     await watcher
-    killer.cancel()
+    if progress.is_set():
+        await asyncio.wait_for(killer, 30)
+    else:
+        killer.cancel()
     await cluster.close()
     return ledger
+
+
+def abandoned_reserve(index: int) -> pb.ReserveRequest:
+    return pb.ReserveRequest(
+        request_id=f"abandoned-{index}-{uuid.uuid4().hex}",
+        run_id="hot" if index % 2 == 0 else f"worker-{index % WORKER_RUNS}",
+        model="gpt-4o",
+        estimate=pb.Amounts(tokens=10),
+        ttl_seconds=HOLD_TTL_SECONDS,
+    )
 
 
 async def settle_and_check(database_url: str, ledger: Ledger) -> None:
@@ -221,9 +266,52 @@ async def settle_and_check(database_url: str, ledger: Ledger) -> None:
         assert recorded == ledger.acknowledged  # every acknowledged Consume, nothing else
         expired = await conn.fetchval("SELECT count(*) FROM budget.holds WHERE state = 'expired'")
         assert expired > 0
-        await assert_ledger_matches_balances(conn)
+        await assert_all_or_nothing(conn, ledger)
+        await audit_budget(conn)
     finally:
         await conn.close()
+
+
+async def assert_all_or_nothing(conn: asyncpg.Connection, ledger: Ledger) -> None:
+    """Every acknowledged Reserve and Consume is in the ledger exactly once, by request_id;
+    every one sent is either whole (its ledger row, its hold, its stored reply) or absent."""
+    grants = await conn.fetch(
+        "SELECT l.request_id, l.reservation_id, h.state FROM budget.ledger l"
+        " LEFT JOIN budget.holds h ON h.tenant_id = l.tenant_id AND h.run_id = l.run_id"
+        " AND h.reservation_id = l.reservation_id WHERE l.decision = 'grant'"
+    )
+    consumes = await conn.fetch(
+        "SELECT l.request_id, l.reservation_id, h.state FROM budget.ledger l"
+        " LEFT JOIN budget.holds h ON h.tenant_id = l.tenant_id AND h.run_id = l.run_id"
+        " AND h.reservation_id = l.reservation_id WHERE l.decision = 'consume'"
+    )
+    stored = {
+        r["request_id"] for r in await conn.fetch("SELECT request_id FROM budget.request_log")
+    }
+    granted = collections.Counter(g["request_id"] for g in grants)
+    consumed = collections.Counter(c["request_id"] for c in consumes)
+    assert max(granted.values(), default=0) <= 1, "a Reserve was granted twice"
+    assert max(consumed.values(), default=0) <= 1, "a Consume was recorded twice"
+    assert set(granted) <= ledger.reserves, "a grant that no client sent"
+    assert set(consumed) <= ledger.consumes, "a consume that no client sent"
+    holds = {g["request_id"]: g["reservation_id"] for g in grants}
+    for request_id, hold_id in ledger.granted.items():  # acknowledged: present, as answered
+        assert holds.get(request_id) == hold_id, request_id
+    assert all(g["state"] is not None for g in grants), "a grant without its hold"
+    # (A consume ends its hold, or is late usage on one that had expired: audit_budget checks
+    # that each hold ended exactly once, by the row its state names.)
+    assert all(c["reservation_id"] is None or c["state"] is not None for c in consumes), (
+        "a consume without its hold"
+    )
+    # A stored reply exactly for the requests whose effect is in the ledger.
+    assert stored & ledger.reserves == set(granted), "a Reserve half-written"
+    assert stored & ledger.consumes == set(consumed), "a Consume half-written"
+    orphans = await conn.fetchval(
+        "SELECT count(*) FROM budget.holds h WHERE NOT EXISTS (SELECT 1 FROM budget.ledger l"
+        " WHERE l.tenant_id = h.tenant_id AND l.run_id = h.run_id"
+        " AND l.reservation_id = h.reservation_id AND l.decision = 'grant')"
+    )
+    assert orphans == 0, "a hold without its grant"
 
 
 def drain_stderr(proc: Proc) -> collections.deque[str]:
@@ -255,6 +343,7 @@ def test_two_replicas_under_load_never_overspend_and_survive_a_kill(database_url
         ledger = asyncio.run(load(procs, database_url))
         assert procs[1].popen.wait(timeout=30) == -signal.SIGKILL
         assert ledger.failovers > 0, "the kill should have been noticed by some clients"
+        assert len(ledger.granted) > 150
         assert len(ledger.acknowledged) > 150
         assert ledger.samples
         assert all(run <= RUN_LIMIT for run, _ in ledger.samples)

@@ -1,10 +1,12 @@
-"""Pool exhaustion answers UNAVAILABLE quickly instead of hanging.
+"""Pool exhaustion is waited on within the call's deadline, then STORE_BUSY, never a hang.
 
 With RATION_DB_POOL_MAX=1, one call stalled on a lock (held by a test connection, under a long
-statement timeout) keeps the only pooled connection busy. Any other call must then give up after
-the acquire timeout with UNAVAILABLE STORE_UNAVAILABLE, while the stalled call is still waiting,
-i.e. long before the statement timeout would have freed the connection. When the lock goes,
-the stalled call completes and the service answers again.
+statement timeout) keeps the only pooled connection busy. Another call then waits for it as
+long as its deadline allows (the acquire timeout without a deadline) and answers UNAVAILABLE
+STORE_BUSY (Postgres is up: not STORE_UNAVAILABLE) before its deadline, while the stalled call
+is still waiting, i.e. long before the statement timeout would have freed the connection. A
+call with a longer deadline keeps waiting meanwhile and succeeds once the lock goes and the
+stalled call completes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 
 from ration.budget.v1 import budget_pb2 as pb
 from tests.support.budget import Budget, new_id
@@ -33,6 +36,7 @@ POOL = {
     "RATION_DB_STATEMENT_TIMEOUT_MS": "60000",
 }
 BOUND = 30.0
+SHORT = 1.5  # the deadline of a call that cannot wait for the stalled one
 
 WAITING_ON_A_LOCK = (
     "SELECT count(*) FROM pg_stat_activity"
@@ -53,7 +57,7 @@ async def stall(db: asyncpg.Connection, start: Callable[[], Awaitable[Any]]) -> 
             await asyncio.sleep(0.02)
         error = task.exception()
         assert isinstance(error, grpc.aio.AioRpcError), error
-        assert error.code() == grpc.StatusCode.UNAVAILABLE
+        assert (error.code(), decode(error).reason) == (grpc.StatusCode.UNAVAILABLE, "STORE_BUSY")
         assert time.monotonic() < deadline, "the call never got the pooled connection"
 
 
@@ -63,21 +67,27 @@ def reserve(run_id: str) -> pb.ReserveRequest:
     )
 
 
-async def refused_while_stalled(call: Awaitable[Any], stalled: asyncio.Task[Any]) -> None:
+async def refused_while_stalled(
+    call: Awaitable[Any], *waiting: asyncio.Task[Any], seconds: float = SHORT
+) -> None:
+    """`call` (with a deadline of `seconds`) answers STORE_BUSY before its deadline, while the
+    stalled call and the patient ones (`waiting`) still wait."""
+    started = time.monotonic()
     try:
         await call
     except grpc.aio.AioRpcError as error:
         details = decode(error)
-        assert (details.code, details.reason) == (
-            grpc.StatusCode.UNAVAILABLE,
-            "STORE_UNAVAILABLE",
-        ), details
+        assert (details.code, details.reason) == (grpc.StatusCode.UNAVAILABLE, "STORE_BUSY"), (
+            details
+        )
+        assert details.detail(error_details_pb2.RetryInfo) is not None
     else:
         raise AssertionError("a call got a connection from an exhausted pool")
-    assert not stalled.done(), "the refusal came only after the stalled call ended"
+    assert time.monotonic() - started < seconds, "STORE_BUSY came only after the deadline"
+    assert not any(task.done() for task in waiting), "the refusal came only after the stall"
 
 
-async def test_budget_calls_fail_fast_when_the_only_connection_is_stalled(
+async def test_budget_calls_wait_their_deadline_then_store_busy_while_the_pool_is_stalled(
     start_server: StartServer, db: asyncpg.Connection, database_url: str
 ) -> None:
     runner = await start_server("budget", **POOL)
@@ -94,17 +104,22 @@ async def test_budget_calls_fail_fast_when_the_only_connection_is_stalled(
                 db, lambda: budget.stub.Reserve(reserve("busy"), timeout=BOUND * 2)
             )
             stub = budget.stub
-            await refused_while_stalled(budget.get_run("other"), stalled)
-            await refused_while_stalled(stub.Reserve(reserve("other"), timeout=BOUND), stalled)
+            patient = asyncio.ensure_future(stub.Reserve(reserve("other"), timeout=BOUND))
+            # No deadline: the acquire timeout (500 ms) bounds the wait.
+            await refused_while_stalled(budget.get_run("other"), stalled, patient)
+            await refused_while_stalled(
+                stub.Reserve(reserve("other"), timeout=SHORT), stalled, patient
+            )
         finally:
             await transaction.rollback()
             await locker.close()
         granted = await stalled
         assert granted.reservation.granted.tokens == 7
+        assert (await patient).reservation.granted.tokens == 7  # it waited, then succeeded
         assert (await budget.get_run("other")).run_id == "other"
 
 
-async def test_memory_calls_fail_fast_when_the_only_connection_is_stalled(
+async def test_memory_calls_answer_store_busy_while_the_only_connection_is_stalled(
     start_server: StartServer, db: asyncpg.Connection, database_url: str
 ) -> None:
     runner = await start_server("memory", RATION_MEMORY_EMBEDDER="false", **POOL)

@@ -14,6 +14,7 @@ from google.rpc import error_details_pb2, status_pb2
 from bench import report
 from bench.caller import describe, unavailable
 from bench.load import LoadSpec, run_load, split
+from bench.meter import Meter, cpu_per_rpc
 from bench.servers import start_echo
 from bench.stats import Histogram, nearest_rank
 from bench.targets import evaluate
@@ -116,9 +117,18 @@ def test_echo_through_the_real_harness_and_report(tmp_path: Path) -> None:
     with start_echo(2, tmp_path / "logs") as server:
         server.wait_ready(timeout=30)
         spec = LoadSpec("echo", server.address, processes=2, concurrency=8, duration=1.0)
-        result = run_load(LoadSpec(**{**spec.__dict__, "warmup": 0.2}))
+        meter = Meter(server=[server.popen.pid])  # no Postgres: that part is not measured
+        result = run_load(LoadSpec(**{**spec.__dict__, "warmup": 0.2}), meter)
     figure = result.figure()
     assert figure["status"] == "ok", figure
+    assert result.marks is not None
+    assert result.tally.window_rpcs > 0
+    cpu = cpu_per_rpc(*result.marks, result.rpcs_per_s, meter.hz)
+    assert cpu["server_ms_per_rpc"] > 0
+    assert cpu["load_ms_per_rpc"] > 0
+    assert cpu["postgres_ms_per_rpc"] is None
+    assert cpu["total_ms_per_rpc"] is None
+    figure.update(cpu)
     assert figure["rpcs"] > 0
     assert figure["rpcs"] == figure["ops"] == figure["methods"]["Echo"]["count"]
     assert figure["rpc_per_s"] > 0
@@ -144,7 +154,7 @@ def test_echo_through_the_real_harness_and_report(tmp_path: Path) -> None:
     assert written["ceilings"]["echo"]["rpcs"] == figure["rpcs"]
     assert len(written["targets"]) == 7
     text = paths["markdown"].read_text()
-    for heading in ("## Machine", "## Targets", "## Ceilings", "## Figures"):
+    for heading in ("## Machine", "## Targets", "## Ceilings", "## Figures", "## CPU per RPC"):
         assert heading in text
     assert "| memory.append.5000 | 100 |" in text
     assert paths["chart"].read_bytes().startswith(b"\x89PNG")

@@ -243,9 +243,9 @@ def test_an_empty_allow_list_allows_nothing_but_no_list_allows_all() -> None:
 
 
 def test_model_denied_error_names_model_and_scope() -> None:
-    error = model_denied_error("gpt-4-32k", Scope.PROJECT)
+    error = model_denied_error("gpt-4-32k", Scope.PROJECT, "acme")
     assert (error.kind, error.reason) == (ErrorKind.PRECONDITION, "BUDGET_MODEL_DENIED")
-    assert error.metadata == {"model": "gpt-4-32k", "scope": "project"}
+    assert error.metadata == {"model": "gpt-4-32k", "scope": "project", "scopeId": "acme"}
     assert isinstance(error.detail, PreconditionDetail)
 
 

@@ -45,6 +45,8 @@ class Window(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     WINDOW_DAY: _ClassVar[Window]
     WINDOW_WEEK: _ClassVar[Window]
     WINDOW_MONTH: _ClassVar[Window]
+    WINDOW_MINUTE: _ClassVar[Window]
+    WINDOW_HOUR: _ClassVar[Window]
 
 class Enforcement(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -81,6 +83,16 @@ class ReservationState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESERVATION_STATE_RELEASED: _ClassVar[ReservationState]
     RESERVATION_STATE_EXPIRED: _ClassVar[ReservationState]
 
+class SpendGroupBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SPEND_GROUP_BY_UNSPECIFIED: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_PROJECT: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_WORKFLOW: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_AGENT: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_MODEL: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_DAY: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_HOUR: _ClassVar[SpendGroupBy]
+
 class RunEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RUN_EVENT_TYPE_UNSPECIFIED: _ClassVar[RunEventType]
@@ -111,6 +123,8 @@ WINDOW_NONE: Window
 WINDOW_DAY: Window
 WINDOW_WEEK: Window
 WINDOW_MONTH: Window
+WINDOW_MINUTE: Window
+WINDOW_HOUR: Window
 ENFORCEMENT_UNSPECIFIED: Enforcement
 ENFORCEMENT_HARD: Enforcement
 ENFORCEMENT_ADVISORY: Enforcement
@@ -131,6 +145,13 @@ RESERVATION_STATE_OPEN: ReservationState
 RESERVATION_STATE_CONSUMED: ReservationState
 RESERVATION_STATE_RELEASED: ReservationState
 RESERVATION_STATE_EXPIRED: ReservationState
+SPEND_GROUP_BY_UNSPECIFIED: SpendGroupBy
+SPEND_GROUP_BY_PROJECT: SpendGroupBy
+SPEND_GROUP_BY_WORKFLOW: SpendGroupBy
+SPEND_GROUP_BY_AGENT: SpendGroupBy
+SPEND_GROUP_BY_MODEL: SpendGroupBy
+SPEND_GROUP_BY_DAY: SpendGroupBy
+SPEND_GROUP_BY_HOUR: SpendGroupBy
 RUN_EVENT_TYPE_UNSPECIFIED: RunEventType
 RUN_EVENT_TYPE_BUDGET_RESERVED: RunEventType
 RUN_EVENT_TYPE_BUDGET_CONSUMED: RunEventType
@@ -194,7 +215,7 @@ class EffectiveBudget(_message.Message):
     def __init__(self, max_tokens: _Optional[int] = ..., max_cost_nanos: _Optional[int] = ..., max_tool_calls: _Optional[int] = ..., max_retries: _Optional[int] = ..., threshold_percent: _Optional[int] = ..., on_exhaustion: _Optional[_Union[OnExhaustion, str]] = ...) -> None: ...
 
 class DimensionStatus(_message.Message):
-    __slots__ = ("dimension", "limit", "consumed", "held", "remaining", "binding_scope", "binding_scope_id", "clamped_by")
+    __slots__ = ("dimension", "limit", "consumed", "held", "remaining", "binding_scope", "binding_scope_id", "clamped_by", "window_end")
     DIMENSION_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     CONSUMED_FIELD_NUMBER: _ClassVar[int]
@@ -203,6 +224,7 @@ class DimensionStatus(_message.Message):
     BINDING_SCOPE_FIELD_NUMBER: _ClassVar[int]
     BINDING_SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
     CLAMPED_BY_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_END_FIELD_NUMBER: _ClassVar[int]
     dimension: Dimension
     limit: int
     consumed: int
@@ -211,7 +233,8 @@ class DimensionStatus(_message.Message):
     binding_scope: Scope
     binding_scope_id: str
     clamped_by: str
-    def __init__(self, dimension: _Optional[_Union[Dimension, str]] = ..., limit: _Optional[int] = ..., consumed: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., binding_scope: _Optional[_Union[Scope, str]] = ..., binding_scope_id: _Optional[str] = ..., clamped_by: _Optional[str] = ...) -> None: ...
+    window_end: _timestamp_pb2.Timestamp
+    def __init__(self, dimension: _Optional[_Union[Dimension, str]] = ..., limit: _Optional[int] = ..., consumed: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., binding_scope: _Optional[_Union[Scope, str]] = ..., binding_scope_id: _Optional[str] = ..., clamped_by: _Optional[str] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("run_id", "project_id", "workflow_id", "agent_id", "state", "effective_budget", "dimensions", "policy_version", "outcome", "failure_code", "created_at", "updated_at", "advisory", "advisory_refusals")
@@ -276,7 +299,7 @@ class ModelVerdict(_message.Message):
     def __init__(self, allowed: _Optional[bool] = ..., scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ...) -> None: ...
 
 class ScopeBudget(_message.Message):
-    __slots__ = ("scope", "scope_id", "kind", "policy", "window", "enforcement", "version", "updated_at")
+    __slots__ = ("scope", "scope_id", "kind", "policy", "window", "enforcement", "version", "updated_at", "model_match")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -285,6 +308,7 @@ class ScopeBudget(_message.Message):
     ENFORCEMENT_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_MATCH_FIELD_NUMBER: _ClassVar[int]
     scope: Scope
     scope_id: str
     kind: ScopeBudgetKind
@@ -293,7 +317,8 @@ class ScopeBudget(_message.Message):
     enforcement: Enforcement
     version: int
     updated_at: _timestamp_pb2.Timestamp
-    def __init__(self, scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ..., kind: _Optional[_Union[ScopeBudgetKind, str]] = ..., policy: _Optional[_Union[BudgetPolicy, _Mapping]] = ..., window: _Optional[_Union[Window, str]] = ..., enforcement: _Optional[_Union[Enforcement, str]] = ..., version: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    model_match: str
+    def __init__(self, scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ..., kind: _Optional[_Union[ScopeBudgetKind, str]] = ..., policy: _Optional[_Union[BudgetPolicy, _Mapping]] = ..., window: _Optional[_Union[Window, str]] = ..., enforcement: _Optional[_Union[Enforcement, str]] = ..., version: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., model_match: _Optional[str] = ...) -> None: ...
 
 class PoolBalance(_message.Message):
     __slots__ = ("window_start", "dimensions")
@@ -302,6 +327,46 @@ class PoolBalance(_message.Message):
     window_start: _timestamp_pb2.Timestamp
     dimensions: _containers.RepeatedCompositeFieldContainer[DimensionStatus]
     def __init__(self, window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ...) -> None: ...
+
+class SpendFilter(_message.Message):
+    __slots__ = ("project_id", "workflow_id", "agent_id", "model")
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    project_id: str
+    workflow_id: str
+    agent_id: str
+    model: str
+    def __init__(self, project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class SpendRow(_message.Message):
+    __slots__ = ("key", "bucket_start", "cost_nanos", "tokens", "tool_calls", "retries", "consume_count")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_START_FIELD_NUMBER: _ClassVar[int]
+    COST_NANOS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOOL_CALLS_FIELD_NUMBER: _ClassVar[int]
+    RETRIES_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_COUNT_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    bucket_start: _timestamp_pb2.Timestamp
+    cost_nanos: int
+    tokens: int
+    tool_calls: int
+    retries: int
+    consume_count: int
+    def __init__(self, key: _Optional[str] = ..., bucket_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., cost_nanos: _Optional[int] = ..., tokens: _Optional[int] = ..., tool_calls: _Optional[int] = ..., retries: _Optional[int] = ..., consume_count: _Optional[int] = ...) -> None: ...
+
+class TenantEventFilter(_message.Message):
+    __slots__ = ("event_types", "run_ids", "project_ids")
+    EVENT_TYPES_FIELD_NUMBER: _ClassVar[int]
+    RUN_IDS_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_IDS_FIELD_NUMBER: _ClassVar[int]
+    event_types: _containers.RepeatedScalarFieldContainer[RunEventType]
+    run_ids: _containers.RepeatedScalarFieldContainer[str]
+    project_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, event_types: _Optional[_Iterable[_Union[RunEventType, str]]] = ..., run_ids: _Optional[_Iterable[str]] = ..., project_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class BudgetReservedPayload(_message.Message):
     __slots__ = ("effective_budget", "scope", "binding_scope")

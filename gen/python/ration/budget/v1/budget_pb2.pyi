@@ -12,6 +12,9 @@ from ration.budget.v1.budget_messages_pb2 import Reservation as Reservation
 from ration.budget.v1.budget_messages_pb2 import ModelVerdict as ModelVerdict
 from ration.budget.v1.budget_messages_pb2 import ScopeBudget as ScopeBudget
 from ration.budget.v1.budget_messages_pb2 import PoolBalance as PoolBalance
+from ration.budget.v1.budget_messages_pb2 import SpendFilter as SpendFilter
+from ration.budget.v1.budget_messages_pb2 import SpendRow as SpendRow
+from ration.budget.v1.budget_messages_pb2 import TenantEventFilter as TenantEventFilter
 from ration.budget.v1.budget_messages_pb2 import BudgetReservedPayload as BudgetReservedPayload
 from ration.budget.v1.budget_messages_pb2 import BudgetConsumedPayload as BudgetConsumedPayload
 from ration.budget.v1.budget_messages_pb2 import BudgetThresholdCrossedPayload as BudgetThresholdCrossedPayload
@@ -29,6 +32,7 @@ from ration.budget.v1.budget_messages_pb2 import RunState as RunState
 from ration.budget.v1.budget_messages_pb2 import RunOutcome as RunOutcome
 from ration.budget.v1.budget_messages_pb2 import ReserveMode as ReserveMode
 from ration.budget.v1.budget_messages_pb2 import ReservationState as ReservationState
+from ration.budget.v1.budget_messages_pb2 import SpendGroupBy as SpendGroupBy
 from ration.budget.v1.budget_messages_pb2 import RunEventType as RunEventType
 from ration.budget.v1.budget_requests_pb2 import OpenRunRequest as OpenRunRequest
 from ration.budget.v1.budget_requests_pb2 import OpenRunResponse as OpenRunResponse
@@ -50,6 +54,8 @@ from ration.budget.v1.budget_requests_pb2 import ListRunEventsRequest as ListRun
 from ration.budget.v1.budget_requests_pb2 import ListRunEventsResponse as ListRunEventsResponse
 from ration.budget.v1.budget_requests_pb2 import WatchRunEventsRequest as WatchRunEventsRequest
 from ration.budget.v1.budget_requests_pb2 import WatchRunEventsResponse as WatchRunEventsResponse
+from ration.budget.v1.budget_requests_pb2 import WatchTenantEventsRequest as WatchTenantEventsRequest
+from ration.budget.v1.budget_requests_pb2 import WatchTenantEventsResponse as WatchTenantEventsResponse
 from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetRequest as PutScopeBudgetRequest
 from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetResponse as PutScopeBudgetResponse
 from ration.budget.v1.budget_requests_pb2 import GetScopeBudgetRequest as GetScopeBudgetRequest
@@ -60,6 +66,8 @@ from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesRequest as GetCa
 from ration.budget.v1.budget_requests_pb2 import BudgetCapability as BudgetCapability
 from ration.budget.v1.budget_requests_pb2 import BudgetLimits as BudgetLimits
 from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesResponse as GetCapabilitiesResponse
+from ration.budget.v1.budget_requests_pb2 import ReportSpendRequest as ReportSpendRequest
+from ration.budget.v1.budget_requests_pb2 import ReportSpendResponse as ReportSpendResponse
 
 DESCRIPTOR: _descriptor.FileDescriptor
 DIMENSION_UNSPECIFIED: _budget_messages_pb2.Dimension
@@ -83,6 +91,8 @@ WINDOW_NONE: _budget_messages_pb2.Window
 WINDOW_DAY: _budget_messages_pb2.Window
 WINDOW_WEEK: _budget_messages_pb2.Window
 WINDOW_MONTH: _budget_messages_pb2.Window
+WINDOW_MINUTE: _budget_messages_pb2.Window
+WINDOW_HOUR: _budget_messages_pb2.Window
 ENFORCEMENT_UNSPECIFIED: _budget_messages_pb2.Enforcement
 ENFORCEMENT_HARD: _budget_messages_pb2.Enforcement
 ENFORCEMENT_ADVISORY: _budget_messages_pb2.Enforcement
@@ -103,6 +113,13 @@ RESERVATION_STATE_OPEN: _budget_messages_pb2.ReservationState
 RESERVATION_STATE_CONSUMED: _budget_messages_pb2.ReservationState
 RESERVATION_STATE_RELEASED: _budget_messages_pb2.ReservationState
 RESERVATION_STATE_EXPIRED: _budget_messages_pb2.ReservationState
+SPEND_GROUP_BY_UNSPECIFIED: _budget_messages_pb2.SpendGroupBy
+SPEND_GROUP_BY_PROJECT: _budget_messages_pb2.SpendGroupBy
+SPEND_GROUP_BY_WORKFLOW: _budget_messages_pb2.SpendGroupBy
+SPEND_GROUP_BY_AGENT: _budget_messages_pb2.SpendGroupBy
+SPEND_GROUP_BY_MODEL: _budget_messages_pb2.SpendGroupBy
+SPEND_GROUP_BY_DAY: _budget_messages_pb2.SpendGroupBy
+SPEND_GROUP_BY_HOUR: _budget_messages_pb2.SpendGroupBy
 RUN_EVENT_TYPE_UNSPECIFIED: _budget_messages_pb2.RunEventType
 RUN_EVENT_TYPE_BUDGET_RESERVED: _budget_messages_pb2.RunEventType
 RUN_EVENT_TYPE_BUDGET_CONSUMED: _budget_messages_pb2.RunEventType

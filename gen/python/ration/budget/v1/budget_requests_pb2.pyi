@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from ration.budget.v1 import budget_messages_pb2 as _budget_messages_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -205,6 +208,36 @@ class WatchRunEventsResponse(_message.Message):
     event: _budget_messages_pb2.RunEvent
     def __init__(self, event: _Optional[_Union[_budget_messages_pb2.RunEvent, _Mapping]] = ...) -> None: ...
 
+class WatchTenantEventsRequest(_message.Message):
+    __slots__ = ("after_cursor", "filter", "start_at_latest")
+    AFTER_CURSOR_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    START_AT_LATEST_FIELD_NUMBER: _ClassVar[int]
+    after_cursor: str
+    filter: _budget_messages_pb2.TenantEventFilter
+    start_at_latest: bool
+    def __init__(self, after_cursor: _Optional[str] = ..., filter: _Optional[_Union[_budget_messages_pb2.TenantEventFilter, _Mapping]] = ..., start_at_latest: _Optional[bool] = ...) -> None: ...
+
+class WatchTenantEventsResponse(_message.Message):
+    __slots__ = ("event", "cursor", "project_id", "workflow_id", "agent_id", "pool_scope", "pool_scope_id", "pool_window_start")
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_FIELD_NUMBER: _ClassVar[int]
+    PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ID_FIELD_NUMBER: _ClassVar[int]
+    POOL_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    POOL_SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
+    POOL_WINDOW_START_FIELD_NUMBER: _ClassVar[int]
+    event: _budget_messages_pb2.RunEvent
+    cursor: str
+    project_id: str
+    workflow_id: str
+    agent_id: str
+    pool_scope: _budget_messages_pb2.Scope
+    pool_scope_id: str
+    pool_window_start: _timestamp_pb2.Timestamp
+    def __init__(self, event: _Optional[_Union[_budget_messages_pb2.RunEvent, _Mapping]] = ..., cursor: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., pool_scope: _Optional[_Union[_budget_messages_pb2.Scope, str]] = ..., pool_scope_id: _Optional[str] = ..., pool_window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class PutScopeBudgetRequest(_message.Message):
     __slots__ = ("request_id", "budget")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
@@ -290,3 +323,27 @@ class GetCapabilitiesResponse(_message.Message):
     limits: BudgetLimits
     capabilities_json: str
     def __init__(self, budget: _Optional[_Union[BudgetCapability, _Mapping]] = ..., limits: _Optional[_Union[BudgetLimits, _Mapping]] = ..., capabilities_json: _Optional[str] = ...) -> None: ...
+
+class ReportSpendRequest(_message.Message):
+    __slots__ = ("start_time", "end_time", "group_by", "filter", "page_size", "page_token")
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_FIELD_NUMBER: _ClassVar[int]
+    FILTER_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    group_by: _budget_messages_pb2.SpendGroupBy
+    filter: _budget_messages_pb2.SpendFilter
+    page_size: int
+    page_token: str
+    def __init__(self, start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., group_by: _Optional[_Union[_budget_messages_pb2.SpendGroupBy, str]] = ..., filter: _Optional[_Union[_budget_messages_pb2.SpendFilter, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ReportSpendResponse(_message.Message):
+    __slots__ = ("rows", "next_page_token")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    rows: _containers.RepeatedCompositeFieldContainer[_budget_messages_pb2.SpendRow]
+    next_page_token: str
+    def __init__(self, rows: _Optional[_Iterable[_Union[_budget_messages_pb2.SpendRow, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

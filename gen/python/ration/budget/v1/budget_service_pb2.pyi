@@ -21,6 +21,8 @@ from ration.budget.v1.budget_requests_pb2 import ListRunEventsRequest as ListRun
 from ration.budget.v1.budget_requests_pb2 import ListRunEventsResponse as ListRunEventsResponse
 from ration.budget.v1.budget_requests_pb2 import WatchRunEventsRequest as WatchRunEventsRequest
 from ration.budget.v1.budget_requests_pb2 import WatchRunEventsResponse as WatchRunEventsResponse
+from ration.budget.v1.budget_requests_pb2 import WatchTenantEventsRequest as WatchTenantEventsRequest
+from ration.budget.v1.budget_requests_pb2 import WatchTenantEventsResponse as WatchTenantEventsResponse
 from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetRequest as PutScopeBudgetRequest
 from ration.budget.v1.budget_requests_pb2 import PutScopeBudgetResponse as PutScopeBudgetResponse
 from ration.budget.v1.budget_requests_pb2 import GetScopeBudgetRequest as GetScopeBudgetRequest
@@ -31,5 +33,7 @@ from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesRequest as GetCa
 from ration.budget.v1.budget_requests_pb2 import BudgetCapability as BudgetCapability
 from ration.budget.v1.budget_requests_pb2 import BudgetLimits as BudgetLimits
 from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesResponse as GetCapabilitiesResponse
+from ration.budget.v1.budget_requests_pb2 import ReportSpendRequest as ReportSpendRequest
+from ration.budget.v1.budget_requests_pb2 import ReportSpendResponse as ReportSpendResponse
 
 DESCRIPTOR: _descriptor.FileDescriptor

@@ -86,6 +86,11 @@ class BudgetServiceStub:
                 request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsRequest.SerializeToString,
                 response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsResponse.FromString,
                 _registered_method=True)
+        self.WatchTenantEvents = channel.unary_stream(
+                '/ration.budget.v1.BudgetService/WatchTenantEvents',
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsResponse.FromString,
+                _registered_method=True)
         self.PutScopeBudget = channel.unary_unary(
                 '/ration.budget.v1.BudgetService/PutScopeBudget',
                 request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.PutScopeBudgetRequest.SerializeToString,
@@ -105,6 +110,11 @@ class BudgetServiceStub:
                 '/ration.budget.v1.BudgetService/GetCapabilities',
                 request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesRequest.SerializeToString,
                 response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesResponse.FromString,
+                _registered_method=True)
+        self.ReportSpend = channel.unary_unary(
+                '/ration.budget.v1.BudgetService/ReportSpend',
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendResponse.FromString,
                 _registered_method=True)
 
 
@@ -165,15 +175,20 @@ class BudgetServiceServicer:
     def Reserve(self, request, context):
         """Holds an estimate before a model or tool call. First the run's state: BUDGET_EXHAUSTED
         (FAILED), RUN_INTERRUPTED, RUN_CLOSED (FAILED_PRECONDITION, metadata state). Then the model
-        policy: BUDGET_MODEL_DENIED (FAILED_PRECONDITION, metadata model and scope), before any hold
-        exists. Then per bounded dimension of the run and of every pool (current window):
-        consumed + estimate > limit is a breach (`budget.exhausted` once, `cap.breached`, then
-        `run.failed` and BUDGET_EXHAUSTED RESOURCE_EXHAUSTED with QuotaFailure; or under INTERRUPT
-        the run becomes INTERRUPTED and the answer is RUN_INTERRUPTED); consumed + held + estimate >
-        limit is contention: BUDGET_HELD RESOURCE_EXHAUSTED with RetryInfo, the run untouched.
+        policy: BUDGET_MODEL_DENIED (FAILED_PRECONDITION, metadata model, scope and scopeId), before
+        any hold exists. Then per bounded dimension of the run, then of every pool (current window):
+        consumed + estimate > limit is a breach. A breach of the run's own budget emits
+        `budget.exhausted` once and `cap.breached`, then `run.failed` and BUDGET_EXHAUSTED
+        RESOURCE_EXHAUSTED with QuotaFailure (or under INTERRUPT the run becomes INTERRUPTED and the
+        answer is RUN_INTERRUPTED). A pool that cannot fit the estimate refuses it with
+        BUDGET_EXHAUSTED naming the pool (metadata scope, scopeId, dimension, limit, observed) with
+        RetryInfo until the pool's next window (none for a window-less pool); the run stays ACTIVE
+        and no event is emitted. consumed + held + estimate > limit is contention: BUDGET_HELD
+        RESOURCE_EXHAUSTED with RetryInfo (metadata scope, scopeId), the run untouched.
         Holds past expires_at stop counting first (database clock). Advisory mode (host or any scope
-        of the run) never refuses on budget grounds: it grants the estimate, emits the events,
-        counts the would-be refusal and names it in advisory_refusal_reason.
+        of the run) never refuses on budget grounds: it grants the estimate, emits no event for the
+        would-be refusal (events come from consumption only, and advisory mode never emits
+        `cap.breached`), counts the would-be refusal and names it in advisory_refusal_reason.
         Side effects: expiry of the run's overdue holds, one hold, a ledger row per decision, the
         balance changes and any events, in one transaction; refusals write their ledger row (and a
         breach its events and stop) but store no response, so a retry is judged afresh.
@@ -191,7 +206,9 @@ class BudgetServiceServicer:
         overrun, counted in metrics); a hold that already expired or was released is not settled but
         the usage is still recorded (reservation_state says which). Emits `budget.consumed` per
         bounded dimension touched, then threshold, exhaustion and breach events as they occur (a
-        hard breach fails or interrupts the run). Errors: RUN_NOT_FOUND, RESERVATION_NOT_FOUND,
+        hard breach fails or interrupts the run; advisory mode emits no `cap.breached`). A pool's
+        own `budget.threshold.crossed` and `budget.exhausted` (once per pool, window and dimension)
+        go to the tenant stream (WatchTenantEvents), not into the run's log. Errors: RUN_NOT_FOUND, RESERVATION_NOT_FOUND,
         RESERVATION_SETTLED (FAILED_PRECONDITION, metadata state "consumed": the hold was already
         consumed by another request); VALIDATION_FAILED (field usage.<dimension>) when the usage
         would take the run's or a pool's consumed total past 2^63 - 1: such usage is absurd and is
@@ -243,6 +260,30 @@ class BudgetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchTenantEvents(self, request, context):
+        """Streams every event of the caller's tenant (all its runs) after `after_cursor`, then follows
+        new ones live, each exactly once, in the tenant's event order: by (tx, run_id, seq), where
+        tx is the id of the database transaction that wrote the event. An event is sent only once
+        every transaction that obtained its id before the event's did has ended, so no event can
+        later appear before one already sent: resuming from any cursor (on this or another server
+        process) gives no gaps and no duplicates. The events one transaction wrote arrive together,
+        a run's in seq order. Across transactions tx order approximates commit order but is not it,
+        and rarely two events of one run from different transactions arrive out of seq order (a
+        transaction that obtained its id first but wrote the run later): order by seq per run where
+        that matters. A long-running writing transaction anywhere on the database delays delivery
+        until it ends. Live delivery polls the table: after the last read found nothing the stream
+        waits up to RATION_BUDGET_TENANT_STREAM_POLL_MS (default 500) before reading again, and at
+        once again after a read that returned events; it does not depend on a NOTIFY reaching this
+        server. The stream ends when the client cancels or the server shuts down. A tenant holds at
+        most RATION_BUDGET_MAX_TENANT_STREAMS_PER_TENANT (default 10) concurrent tenant streams per
+        server process; one more is RESOURCE_EXHAUSTED TOO_MANY_STREAMS (metadata limit;
+        RetryInfo). No side effects. Errors: VALIDATION_FAILED (fields after_cursor,
+        start_at_latest, filter.event_types, filter.run_ids, filter.project_ids). Role: reader.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PutScopeBudget(self, request, context):
         """Creates or replaces the budget of a project, workflow or agent (version + 1). Per-run caps,
         model lists, pool membership and enforcement apply to runs opened afterwards (resolution
@@ -274,6 +315,20 @@ class BudgetServiceServicer:
     def GetCapabilities(self, request, context):
         """The OpenWOP `budget` and `limits` capability blocks, truthfully from configuration.
         No side effects. Any authenticated role.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReportSpend(self, request, context):
+        """Spend of the caller's tenant in a time window, grouped by project, workflow, agent, model,
+        UTC day or UTC hour: exact sums of the append-only ledger's `consume` rows (what Consume
+        recorded, overruns included; never from metrics), with the run's owners as OpenRun gave
+        them. Rows are ordered by key and paginated; each page is summed when it is asked for, so
+        a window that has ended gives the same sums on every call. No side effects.
+        Errors: VALIDATION_FAILED (fields start_time, end_time, group_by, filter.<field>,
+        page_size, page_token; a window longer than 366 days, or sums past 2^63 - 1, refused on
+        end_time). Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -332,6 +387,11 @@ def add_BudgetServiceServicer_to_server(servicer, server):
                     request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsRequest.FromString,
                     response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchRunEventsResponse.SerializeToString,
             ),
+            'WatchTenantEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTenantEvents,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsResponse.SerializeToString,
+            ),
             'PutScopeBudget': grpc.unary_unary_rpc_method_handler(
                     servicer.PutScopeBudget,
                     request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.PutScopeBudgetRequest.FromString,
@@ -351,6 +411,11 @@ def add_BudgetServiceServicer_to_server(servicer, server):
                     servicer.GetCapabilities,
                     request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesRequest.FromString,
                     response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesResponse.SerializeToString,
+            ),
+            'ReportSpend': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportSpend,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -636,6 +701,33 @@ class BudgetService:
             _registered_method=True)
 
     @staticmethod
+    def WatchTenantEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/ration.budget.v1.BudgetService/WatchTenantEvents',
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.WatchTenantEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def PutScopeBudget(request,
             target,
             options=(),
@@ -733,6 +825,33 @@ class BudgetService:
             '/ration.budget.v1.BudgetService/GetCapabilities',
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesRequest.SerializeToString,
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.GetCapabilitiesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportSpend(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ration.budget.v1.BudgetService/ReportSpend',
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,5 +1,7 @@
-"""Reservation accounting: reserve decisions, consume events, breaches, resume, refusals, and
-the correctness bar (granted consumed + held <= limit) under random interleavings."""
+"""The reference model's rules (tests/support/oracle.py): reserve decisions, consume events,
+breaches, resume, refusals, and the correctness bar (granted consumed + held <= limit) under
+random interleavings. The service is compared with this model in
+tests/integration/test_budget_oracle_differential.py."""
 
 from __future__ import annotations
 
@@ -10,16 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from budget_service.domain.accounting import (
-    apply_consume,
-    apply_reservation,
-    apply_reserve_breach,
-    apply_resume,
-    decide_reserve,
-    effective_reservation_state,
-    settle_reservation,
-    threshold_reached,
-)
 from budget_service.domain.events import (
     BudgetConsumed,
     BudgetEvent,
@@ -40,13 +32,6 @@ from budget_service.domain.policy import (
     Scope,
     resolve_effective_budget,
 )
-from budget_service.domain.refusals import (
-    budget_exhausted_error,
-    budget_held_error,
-    consume_settles_reservation,
-    ensure_can_release,
-    ensure_can_reserve,
-)
 from budget_service.domain.run_state import (
     RUN_BALANCE,
     Balance,
@@ -58,7 +43,21 @@ from budget_service.domain.run_state import (
     RunState,
     RunStatus,
 )
-from servicekit.errors import BadRequestDetail, DomainError, ErrorKind, QuotaDetail, RetryDetail
+from tests.support.oracle import (
+    Invalid,
+    apply_consume,
+    apply_reservation,
+    apply_reserve_breach,
+    apply_resume,
+    decide_reserve,
+    effective_reservation_state,
+    exhausted_refusal,
+    held_refusal,
+    resume_refusal,
+    settle_reservation,
+    state_refusal,
+    threshold_reached,
+)
 
 USD = 10**9
 T, C, TC, R = Dimension.TOKENS, Dimension.COST, Dimension.TOOL_CALLS, Dimension.RETRIES
@@ -274,10 +273,14 @@ def test_rfc_cost_trace_consumed_threshold_exhausted_breached_failed() -> None:
     ]
     assert status.state is RunState.FAILED
     assert status.stopped_by == Breach(C, USD, 1_020_000_000, 1_020_000_000)
-    with pytest.raises(DomainError) as refused:
-        ensure_can_reserve(status)
-    assert refused.value.reason == "BUDGET_EXHAUSTED"
-    assert refused.value.metadata == {"dimension": "cost", "limit": "1.0", "observed": "1.02"}
+    assert state_refusal(status) == {
+        "reason": "BUDGET_EXHAUSTED",
+        "dimension": "cost",
+        "limit": "1.0",
+        "observed": "1.02",
+        "scope": "run",
+        "scopeId": "",
+    }
 
 
 def test_rfc_tool_call_trace_third_reserve_breaches_and_fails_the_run() -> None:
@@ -285,7 +288,7 @@ def test_rfc_tool_call_trace_third_reserve_breaches_and_fails_the_run() -> None:
     balances, status = run_balances(budget), RunStatus()
     events: list[BudgetEvent] = []
     for _ in range(2):
-        ensure_can_reserve(status)
+        assert state_refusal(status) is None
         decision = decide_reserve({RUN_BALANCE: balances}, {TC: 1})
         assert dict(decision.granted) == {TC: 1}
         outcome = apply_consume(
@@ -365,12 +368,7 @@ def test_consume_breach_with_interrupt_interrupts_without_run_failed() -> None:
     assert [e.event_type for e in outcome.events][-2:] == ["budget.exhausted", "cap.breached"]
     assert outcome.status.state is RunState.INTERRUPTED
     assert outcome.status.stopped_by == Breach(T, 100, 150, 150)
-    with pytest.raises(DomainError) as refused:
-        ensure_can_reserve(outcome.status)
-    assert (refused.value.reason, refused.value.metadata) == (
-        "RUN_INTERRUPTED",
-        {"state": "interrupted"},
-    )
+    assert state_refusal(outcome.status) == {"reason": "RUN_INTERRUPTED", "state": "interrupted"}
 
 
 def test_two_dimensions_breached_at_once_fail_the_run_once() -> None:
@@ -392,7 +390,7 @@ def test_consume_on_a_failed_run_is_recorded_without_a_second_breach() -> None:
     assert later.status == first.status
 
 
-def test_advisory_consume_emits_cap_breached_once_and_never_stops() -> None:
+def test_advisory_consume_emits_events_only_never_cap_breached() -> None:
     budget = resolve_effective_budget(BudgetPolicy(max_cost_nanos=USD))
     balances, status = run_balances(budget), RunStatus()
     types: list[str] = []
@@ -400,7 +398,9 @@ def test_advisory_consume_emits_cap_breached_once_and_never_stops() -> None:
         outcome = apply_consume(balances, None, {C: USD}, budget, status, ADVISORY)
         balances, status = dict(outcome.balances), outcome.status
         types += [e.event_type for e in outcome.events]
-    assert types.count("cap.breached") == 1
+    assert types.count("budget.exhausted") == 1  # after threshold.crossed, at consumed >= limit
+    assert types.index("budget.threshold.crossed") < types.index("budget.exhausted")
+    assert "cap.breached" not in types  # RFC 0084 section E: advisory is events only
     assert "run.failed" not in types
     assert status.state is RunState.ACTIVE
 
@@ -442,23 +442,25 @@ def test_reserve_breach_with_interrupt_stops_without_run_failed() -> None:
     assert outcome.status.state is RunState.INTERRUPTED
 
 
-def test_a_pool_breach_stops_the_run_like_its_own() -> None:
-    budget = resolve_effective_budget(BudgetPolicy())
+def test_a_pool_that_cannot_fit_refuses_naming_the_pool() -> None:
     breach = Breach(C, USD, USD, USD + 5, POOL)
-    outcome = apply_reserve_breach(breach, RunStatus(), budget)
-    assert outcome.status.state is RunState.FAILED
-    assert outcome.status.stopped_by == breach
-    error = budget_exhausted_error(breach)
-    assert error.detail == QuotaDetail("project:cost", "cost limit 1.0")
+    assert exhausted_refusal(breach) == {
+        "reason": "BUDGET_EXHAUSTED",
+        "dimension": "cost",
+        "limit": "1.0",
+        "observed": "1.000000005",
+        "scope": POOL.scope.value,
+        "scopeId": POOL.scope_id,
+    }
+    budget = resolve_effective_budget(BudgetPolicy())
+    with pytest.raises(AssertionError):  # it never stops the run: not a run breach
+        apply_reserve_breach(breach, RunStatus(), budget)
 
 
-def test_advisory_reserve_breach_counts_but_never_stops() -> None:
+def test_advisory_reserve_breach_is_reported_not_applied() -> None:
     budget = resolve_effective_budget(BudgetPolicy(max_tokens=100))
-    first = apply_reserve_breach(Breach(T, 100, 100, 101), RunStatus(), budget, ADVISORY)
-    again = apply_reserve_breach(Breach(T, 100, 100, 101), first.status, budget, ADVISORY)
-    assert [e.event_type for e in first.events] == ["budget.exhausted", "cap.breached"]
-    assert again.events == ()
-    assert again.status.state is RunState.ACTIVE
+    with pytest.raises(AssertionError):  # advisory mode emits nothing for a would-be refusal
+        apply_reserve_breach(Breach(T, 100, 100, 101), RunStatus(), budget, ADVISORY)
 
 
 # --- resume ----------------------------------------------------------------------------------
@@ -486,7 +488,7 @@ def test_resume_raises_bounded_limits_and_reactivates() -> None:
         "effectiveBudget": {"maxTokens": 150, "maxToolCalls": 2},
         "scope": "run",
     }
-    ensure_can_reserve(outcome.status)
+    assert state_refusal(outcome.status) is None
 
 
 def test_resume_never_passes_a_host_ceiling_nor_lowers_a_limit() -> None:
@@ -506,95 +508,71 @@ def test_resume_never_passes_a_host_ceiling_nor_lowers_a_limit() -> None:
     ("state", "reason"), [(RunState.FAILED, "RUN_FAILED"), (RunState.CLOSED, "RUN_CLOSED")]
 )
 def test_final_runs_cannot_resume(state: RunState, reason: str) -> None:
-    with pytest.raises(DomainError) as refused:
-        apply_resume(EffectiveBudget(), RunStatus(state), {T: 1})
-    assert refused.value.kind is ErrorKind.PRECONDITION
-    assert refused.value.reason == reason
-    assert refused.value.metadata == {"state": state.value}
+    assert resume_refusal(RunStatus(state)) == {"reason": reason, "state": state.value}
 
 
 def test_resume_refuses_negative_deltas() -> None:
-    with pytest.raises(DomainError) as refused:
+    with pytest.raises(Invalid) as refused:
         apply_resume(EffectiveBudget(max_tokens=1), RunStatus(RunState.INTERRUPTED), {T: -1})
-    assert refused.value.reason == "VALIDATION_FAILED"
+    assert refused.value.path == "delta.tokens"
 
 
 def test_resume_approves_only_an_interrupted_run() -> None:
-    with pytest.raises(DomainError) as refused:
-        apply_resume(EffectiveBudget(max_tokens=1), RunStatus(RunState.ACTIVE), {T: 1})
-    assert (refused.value.kind, refused.value.reason) == (
-        ErrorKind.PRECONDITION,
-        "RUN_NOT_INTERRUPTED",
-    )
-    assert refused.value.metadata == {"state": "active"}
-
-
-def _violations(error: DomainError) -> list[str]:
-    assert error.reason == "VALIDATION_FAILED"
-    assert isinstance(error.detail, BadRequestDetail)
-    return [v.field for v in error.detail.violations]
+    assert resume_refusal(RunStatus(RunState.ACTIVE)) == {
+        "reason": "RUN_NOT_INTERRUPTED",
+        "state": "active",
+    }
+    assert resume_refusal(RunStatus(RunState.INTERRUPTED)) is None
 
 
 def test_totals_past_int64_are_validation_failed_naming_the_amount() -> None:
     edge = 2**63 - 1
     interrupted = RunStatus(RunState.INTERRUPTED)
     assert apply_resume(EffectiveBudget(max_cost_nanos=edge - 5), interrupted, {C: 5}).budget
-    with pytest.raises(DomainError) as resume:
+    with pytest.raises(Invalid) as resume:
         apply_resume(EffectiveBudget(max_cost_nanos=edge - 5), interrupted, {C: 6})
-    assert _violations(resume.value) == ["delta.cost_nanos"]
+    assert resume.value.path == "delta.cost_nanos"
     near = {T: Balance(None, consumed=edge - 1, held=0)}
     assert settle_reservation(near, None, {T: 1})[T].consumed == edge
-    with pytest.raises(DomainError) as consume:
+    with pytest.raises(Invalid) as consume:
         settle_reservation(near, None, {T: 2})
-    assert _violations(consume.value) == ["usage.tokens"]
+    assert consume.value.path == "usage.tokens"
     held = {RUN_BALANCE: {C: Balance(None, held=edge)}}
-    with pytest.raises(DomainError) as reserve:
+    with pytest.raises(Invalid) as reserve:
         decide_reserve(held, {C: 1})
-    assert _violations(reserve.value) == ["estimate.cost_nanos"]
+    assert reserve.value.path == "estimate.cost_nanos"
 
 
 # --- refusals and holds ----------------------------------------------------------------------
 
 
 def test_closed_runs_refuse_reserve() -> None:
-    with pytest.raises(DomainError) as refused:
-        ensure_can_reserve(RunStatus(RunState.CLOSED))
-    assert (refused.value.kind, refused.value.reason) == (ErrorKind.PRECONDITION, "RUN_CLOSED")
-    assert refused.value.metadata == {"state": "closed"}
+    assert state_refusal(RunStatus(RunState.CLOSED)) == {"reason": "RUN_CLOSED", "state": "closed"}
+    assert state_refusal(RunStatus(RunState.FAILED)) == {"reason": "BUDGET_EXHAUSTED"}
 
 
-def test_budget_exhausted_error_shape() -> None:
-    error = budget_exhausted_error(Breach(TC, 2, 2, 3))
-    assert (error.kind, error.reason) == (ErrorKind.EXHAUSTED, "BUDGET_EXHAUSTED")
-    assert error.metadata == {"dimension": "toolCalls", "limit": "2", "observed": "3"}
-    assert isinstance(error.detail, QuotaDetail)
-    assert budget_exhausted_error(None).metadata == {}
-
-
-def test_budget_held_error_shape() -> None:
-    error = budget_held_error(Contention(C, USD, 200_000_000, 700_000_000, 300_000_000), 0.5)
-    assert (error.kind, error.reason) == (ErrorKind.EXHAUSTED, "BUDGET_HELD")
-    assert error.metadata == {
+def test_refusal_facts_are_rendered_amounts() -> None:
+    assert exhausted_refusal(Breach(TC, 2, 2, 3)) == {
+        "reason": "BUDGET_EXHAUSTED",
+        "dimension": "toolCalls",
+        "limit": "2",
+        "observed": "3",
+        "scope": "run",
+        "scopeId": "",
+    }
+    assert held_refusal(Contention(C, USD, 200_000_000, 700_000_000, 300_000_000)) == {
+        "reason": "BUDGET_HELD",
         "dimension": "cost",
         "limit": "1.0",
         "consumed": "0.2",
         "held": "0.7",
         "requested": "0.3",
+        "scope": "run",
+        "scopeId": "",
     }
-    assert error.detail == RetryDetail(0.5)
 
 
-def test_error_metadata_is_lower_camel_strings() -> None:
-    errors = [
-        budget_exhausted_error(Breach(T, 1, 1, 2)),
-        budget_held_error(Contention(T, 1, 0, 1, 1)),
-    ]
-    for error in errors:
-        assert all(isinstance(v, str) for v in error.metadata.values())
-        assert all(k[0].islower() and "_" not in k for k in error.metadata)
-
-
-def test_hold_lifecycle_rules() -> None:
+def test_an_open_hold_past_its_expiry_has_stopped_counting() -> None:
     now = datetime(2026, 1, 1, tzinfo=UTC)
     assert (
         effective_reservation_state(ReservationState.OPEN, now + timedelta(seconds=1), now)
@@ -605,17 +583,6 @@ def test_hold_lifecycle_rules() -> None:
         effective_reservation_state(ReservationState.RELEASED, now, now)
         is ReservationState.RELEASED
     )
-    assert consume_settles_reservation(ReservationState.OPEN) is True
-    assert consume_settles_reservation(ReservationState.EXPIRED) is False
-    assert consume_settles_reservation(ReservationState.RELEASED) is False
-    ensure_can_release(ReservationState.OPEN)
-    for state in (ReservationState.CONSUMED, ReservationState.RELEASED, ReservationState.EXPIRED):
-        with pytest.raises(DomainError) as refused:
-            ensure_can_release(state)
-        assert refused.value.reason == "RESERVATION_SETTLED"
-        assert refused.value.metadata == {"state": state.value}
-    with pytest.raises(DomainError):
-        consume_settles_reservation(ReservationState.CONSUMED)
 
 
 # --- the correctness bar under random interleavings ------------------------------------------
@@ -681,10 +648,11 @@ def test_granted_consumed_plus_held_never_exceeds_any_limit(
             assert isinstance(estimate, dict)
             assert isinstance(mode, ReserveMode)
             if status.state is not RunState.ACTIVE:
-                with pytest.raises(DomainError):
-                    ensure_can_reserve(status)
+                assert state_refusal(status) is not None
                 continue
             decision = decide_reserve(balances, estimate, mode)
+            if decision.breach is not None and decision.breach.balance is not RUN_BALANCE:
+                continue  # a pool that cannot fit refuses; the run lives
             if decision.breach is not None:
                 status = apply_reserve_breach(decision.breach, status, budget).status
                 assert status.state is not RunState.ACTIVE

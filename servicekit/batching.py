@@ -1,0 +1,177 @@
+"""Group commit: the mutations in flight go to the database as one statement, one transaction.
+
+Beside servicekit/coalesce.py (which shares reads), `GroupCommit.submit(group, item)` hands
+an item to `send(group, items)`, which decides and commits a whole batch and returns one
+answer per item, in order. Batching is natural, with no timer: while `inflight` batches of a
+group are at the database, new items wait and go together in the next batch, so an idle
+service sends one item alone at once (no fixed cost added at low load) and a loaded one pays
+the statement, round trip and COMMIT once per batch. Each caller is answered only after its
+batch's `send` returned, i.e. after COMMIT.
+
+Groups (tenants) queue separately and each has at most `inflight` batches at the database, so
+one tenant's flood delays only that tenant's items, never another tenant's.
+
+A caller that is cancelled (deadline, disconnect) while its item still waits leaves the queue
+at once; once sent, the item completes with its batch and the answer is dropped. A failing
+batch of several items is split in halves and each half sent again, so one bad item cannot
+fail the others (the database rolled the failed statement back as a whole); an outage
+(`DomainError` UNAVAILABLE) fails the whole batch at once instead, since splitting cannot help.
+A batch waits for a pooled connection no longer than its most impatient item's deadline
+allows (an item without one waits `default_wait` seconds); when the pool stays full that long
+(STORE_BUSY), only the items whose time is up are answered STORE_BUSY, and the others go back
+to the head of the queue to wait on, each within its own deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import time
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from servicekit.cpu import current_deadline, deadline_var
+from servicekit.errors import DomainError, ErrorKind, store_busy
+
+G = TypeVar("G", bound=Hashable)
+I = TypeVar("I")  # noqa: E741 - the item type
+R = TypeVar("R")
+
+Send = Callable[[G, Sequence[I]], Awaitable[Sequence[R]]]
+
+# Items per statement at most; more wait for the next one.
+MAX_BATCH = 64
+# Batches of one group at the database at once from this process.
+INFLIGHT = 2
+# An item with no deadline of its own may wait this long for a connection.
+DEFAULT_WAIT_SECONDS = 2.0
+# An item whose deadline is nearer than this when the pool was busy is answered STORE_BUSY.
+REQUEUE_MARGIN_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How a service batches: items per statement, batches per group at once."""
+
+    max_items: int = MAX_BATCH
+    inflight: int = INFLIGHT
+
+
+@dataclass(eq=False)
+class _Waiting(Generic[I, R]):
+    item: I
+    deadline: float
+    future: asyncio.Future[R]
+    abandoned: bool = False  # its caller is gone: never sent again
+
+
+@dataclass
+class _Group(Generic[I, R]):
+    queue: list[_Waiting[I, R]] = field(default_factory=list)
+    flying: int = 0
+
+
+def _discard(future: asyncio.Future[R]) -> None:
+    if not future.cancelled():
+        future.exception()  # retrieved, so an unread failure is not reported as lost
+
+
+class GroupCommit(Generic[G, I, R]):
+    def __init__(
+        self,
+        send: Send[G, I, R],
+        *,
+        max_batch: int = MAX_BATCH,
+        inflight: int = INFLIGHT,
+        observe: Callable[[int], None] | None = None,
+        default_wait: float = DEFAULT_WAIT_SECONDS,
+    ) -> None:
+        if max_batch < 1 or inflight < 1:
+            raise ValueError("max_batch and inflight must be at least 1")
+        self._send = send
+        self._max_batch = max_batch
+        self._inflight = inflight
+        self._observe = observe
+        self._default_wait = default_wait
+        self._groups: dict[G, _Group[I, R]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, group: G, item: I) -> R:
+        loop = asyncio.get_running_loop()
+        deadline = current_deadline()
+        if deadline is None:
+            deadline = time.monotonic() + self._default_wait
+        waiting = _Waiting[I, R](item, deadline, loop.create_future())
+        state = self._groups.get(group)
+        if state is None:
+            state = self._groups[group] = _Group()
+        state.queue.append(waiting)
+        if state.flying < self._inflight:
+            state.flying += 1
+            # A fresh context: a batch is nobody's call (its deadline is set per batch).
+            task = loop.create_task(self._fly(group, state), context=contextvars.Context())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        try:
+            # Waiting in the queue is waiting for the database: bounded by the item's deadline.
+            # A call whose deadline is already too near to wait for anything just goes: the
+            # database may still answer in time, and its deadline ends the call otherwise.
+            patience = waiting.deadline - time.monotonic() - REQUEUE_MARGIN_SECONDS
+            if patience > 0:
+                await asyncio.wait((waiting.future,), timeout=patience)
+                if not waiting.future.done() and waiting in state.queue:
+                    state.queue.remove(waiting)
+                    raise store_busy()
+            return await asyncio.shield(waiting.future)
+        except asyncio.CancelledError:
+            if waiting in state.queue:  # not sent yet: leave at once
+                state.queue.remove(waiting)
+            else:  # sent: its batch completes without it; nobody reads the answer
+                waiting.abandoned = True
+                waiting.future.add_done_callback(_discard)
+            raise
+
+    async def _fly(self, group: G, state: _Group[I, R]) -> None:
+        try:
+            while state.queue:
+                batch = state.queue[: self._max_batch]
+                del state.queue[: len(batch)]
+                await self._answer(group, state, batch)
+        finally:
+            state.flying -= 1
+            if not state.flying and not state.queue and self._groups.get(group) is state:
+                del self._groups[group]
+
+    async def _answer(self, group: G, state: _Group[I, R], batch: list[_Waiting[I, R]]) -> None:
+        deadline_var.set(min(w.deadline for w in batch))
+        if self._observe is not None:
+            self._observe(len(batch))
+        try:
+            answers = await self._send(group, [w.item for w in batch])
+        except Exception as exc:
+            busy = isinstance(exc, DomainError) and exc.reason == "STORE_BUSY"
+            if busy:  # the pool stayed full: those with time left wait on, first in line
+                now = time.monotonic()
+                patient = [w for w in batch if w.deadline - now > REQUEUE_MARGIN_SECONDS]
+                state.queue[:0] = [w for w in patient if not w.abandoned]
+                batch = [w for w in batch if w not in patient]
+            outage = isinstance(exc, DomainError) and exc.kind is ErrorKind.UNAVAILABLE
+            if len(batch) > 1 and not outage:
+                half = len(batch) // 2
+                await self._answer(group, state, batch[:half])
+                await self._answer(group, state, batch[half:])
+                return
+            for waiting in batch:
+                if not waiting.future.done():
+                    waiting.future.set_exception(exc)
+            return
+        if len(answers) != len(batch):
+            error = RuntimeError(f"{len(answers)} answers for a batch of {len(batch)}")
+            for waiting in batch:
+                if not waiting.future.done():
+                    waiting.future.set_exception(error)
+            return
+        for waiting, answer in zip(batch, answers, strict=True):
+            if not waiting.future.done():
+                waiting.future.set_result(answer)

@@ -1,0 +1,256 @@
+"""`ration notify`: chosen events of a tenant's stream POSTed to webhooks on loopback, signed,
+retried until acknowledged, resumed after a restart, delivered once by several replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import grpc
+import pytest
+
+from budget_service.usecases.notifier import Follower, Notifier
+from budget_service.usecases.notify_settings import NotifySettings
+from servicekit.db import Database
+from servicekit.settings import Env
+from tests.support.budget import Budget
+from tests.support.errors import rpc_error
+from tests.support.servers import StartServer
+from tests.support.webhooks import Receiver, ids
+
+ALERTS = ["budget.threshold.crossed", "budget.exhausted", "cap.breached", "run.failed"]
+As = Callable[[str], Budget]
+MakeSettings = Callable[..., NotifySettings]
+
+
+def token_file(path: Path) -> Path:
+    rows = [
+        {
+            "sha256": hashlib.sha256(f"{t}-writer".encode()).hexdigest(),
+            "tenant": t,
+            "roles": ["writer"],
+        }
+        for t in ("alpha", "beta")
+    ]
+    path.write_text(json.dumps({"tokens": rows}))
+    return path
+
+
+@pytest.fixture
+async def as_(start_server: StartServer, tmp_path: Path) -> AsyncIterator[As]:
+    runner = await start_server("budget", RATION_TOKEN_FILE=str(token_file(tmp_path / "t.json")))
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        yield lambda tenant: Budget(channel, (("authorization", f"Bearer {tenant}-writer"),))
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path, app_database_url: str) -> MakeSettings:
+    """Notify settings with these webhooks, fast retries and a short lease."""
+
+    def make(webhooks: list[dict[str, Any]], **env: str) -> NotifySettings:
+        path = tmp_path / f"webhooks-{uuid.uuid4().hex[:8]}.json"
+        path.write_text(json.dumps({"webhooks": webhooks}))
+        values = {
+            "RATION_DATABASE_URL": app_database_url,
+            "RATION_NOTIFY_WEBHOOKS_FILE": str(path),
+            "RATION_NOTIFY_POLL_MS": "50",
+            "RATION_NOTIFY_RETRY_MIN_MS": "20",
+            "RATION_NOTIFY_RETRY_MAX_MS": "200",
+            "RATION_NOTIFY_LEASE_SECONDS": "3",
+            "RATION_NOTIFY_TIMEOUT_MS": "1000",
+            "RATION_NOTIFY_START": "earliest",
+            "RATION_DB_POOL_MIN": "1",
+        }
+        return NotifySettings.from_env(Env(values | env))
+
+    return make
+
+
+@contextlib.asynccontextmanager
+async def notifying(settings: NotifySettings, holder: str | None = None) -> AsyncIterator[Notifier]:
+    """A notify process's work in this one: stopped (its leases given up) on leaving."""
+    assert settings.database.url is not None
+    database = Database(settings.database.url, settings.database)
+    await database.connect()
+    notifier = Notifier(database, settings, holder=holder)
+    task = asyncio.ensure_future(notifier.run())
+    try:
+        yield notifier
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await database.close()
+
+
+async def breach(budget: Budget, run_id: str, project_id: str = "proj") -> None:
+    """reserved, consumed, threshold.crossed, then a breach: exhausted, cap.breached, failed."""
+    await budget.open_run(run_id, project_id=project_id, max_tokens=100, threshold_percent=90)
+    hold = await budget.reserve(run_id, tokens=100)
+    await budget.consume(run_id, hold.reservation.reservation_id, tokens=90)
+    refused = await rpc_error(budget.reserve(run_id, tokens=20))
+    assert refused.reason == "BUDGET_EXHAUSTED"
+
+
+async def progress(db: asyncpg.Connection, tenant: str, webhook: str) -> asyncpg.Record:
+    row = await db.fetchrow(
+        "SELECT holder, delivered FROM budget.notify_progress"
+        " WHERE tenant_id = $1 AND webhook_id = $2",
+        tenant,
+        webhook,
+    )
+    assert row is not None
+    return row
+
+
+async def wait_delivered(db: asyncpg.Connection, tenant: str, webhook: str, count: int) -> None:
+    """Until the progress row counts `count` acknowledged deliveries (each is stored just after
+    its 2xx arrived); a bounded wait."""
+    for _ in range(3000):
+        if (await progress(db, tenant, webhook))["delivered"] >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"fewer than {count} deliveries were stored")
+
+
+async def test_alerts_arrive_signed_with_the_openwop_payload(
+    as_: As, make_settings: MakeSettings
+) -> None:
+    alpha, beta = as_("alpha"), as_("beta")
+    with Receiver() as receiver:
+        settings = make_settings(
+            [
+                {"id": "ops", "tenant": "alpha", "url": receiver.url("/json"), "secret": "s-json"},
+                {
+                    "id": "chat",
+                    "tenant": "alpha",
+                    "url": receiver.url("/slack"),
+                    "secret_env": "CHAT_SECRET",
+                    "format": "slack",
+                    "events": ["budget.exhausted"],
+                },
+            ],
+            CHAT_SECRET="s-slack",
+        )
+        async with notifying(settings):
+            await breach(beta, "r-beta")  # another tenant's alerts never reach alpha's hooks
+            await breach(alpha, "r-alpha", project_id="travel")
+            posted = await receiver.wait_accepted(4, "/json")
+            chat = await receiver.wait_accepted(1, "/slack")
+    assert [r.json()["type"] for r in posted] == ALERTS
+    assert all(r.signed_by("s-json") for r in posted)
+    assert not posted[0].signed_by("s-slack")
+    stored = {e.type: json.loads(e.payload_json) for e in await alpha.events("r-alpha")}
+    for r in posted:
+        body = r.json()
+        assert body["deliveryId"] == r.delivery_id
+        assert r.headers["X-Ration-Event"] == body["type"]
+        assert (body["tenant"], body["runId"], body["projectId"]) == ("alpha", "r-alpha", "travel")
+        assert body["payload"] == stored[body["type"]]  # the OpenWOP payload, verbatim
+    assert [r.json()["seq"] for r in posted] == [3, 4, 5, 6]
+    assert len(set(ids(posted))) == 4
+    (text,) = chat
+    assert text.signed_by("s-slack")
+    assert text.json() == {
+        "text": "[ration] run r-alpha (project travel, tenant alpha):"
+        " tokens budget exhausted: 90 of 100"
+    }
+    assert len(receiver.received) == 5
+
+
+async def test_a_failing_receiver_gets_every_alert_once_it_recovers(
+    as_: As, make_settings: MakeSettings, db: asyncpg.Connection
+) -> None:
+    with Receiver(failures=3) as receiver:
+        hook = {"id": "ops", "tenant": "alpha", "url": receiver.url(), "secret": "s"}
+        async with notifying(make_settings([hook])):
+            await breach(as_("alpha"), "r")
+            accepted = await receiver.wait_accepted(4)
+            await wait_delivered(db, "alpha", "ops", 4)
+        attempts = receiver.received
+    first = attempts[:4]  # the first alert, refused three times, then taken
+    assert [r.status for r in first] == [500, 500, 500, 200]
+    assert len({r.delivery_id for r in first}) == 1
+    assert len({r.body for r in first}) == 1  # the same bytes (and signature) on every attempt
+    assert all(r.signed_by("s") for r in attempts)
+    assert [r.json()["type"] for r in accepted] == ALERTS
+    assert len(set(ids(accepted))) == 4
+    assert (await progress(db, "alpha", "ops"))["delivered"] == 4
+
+
+async def test_a_restart_resumes_without_redelivering_acknowledged_alerts(
+    as_: As, make_settings: MakeSettings, db: asyncpg.Connection
+) -> None:
+    alpha = as_("alpha")
+    with Receiver() as receiver:
+        settings = make_settings(
+            [{"id": "ops", "tenant": "alpha", "url": receiver.url(), "secret": "s"}]
+        )
+        async with notifying(settings, holder="first"):
+            await breach(alpha, "r1")
+            await receiver.wait_accepted(4)
+            await wait_delivered(db, "alpha", "ops", 4)  # acknowledged, then the stop
+        assert (await progress(db, "alpha", "ops"))["holder"] is None  # given up at the stop
+        await breach(alpha, "r2")  # while no notify process runs
+        async with notifying(settings, holder="second"):
+            await receiver.wait_accepted(8)
+            await breach(alpha, "r3")
+            accepted = await receiver.wait_accepted(12)
+            await wait_delivered(db, "alpha", "ops", 12)
+        assert len(receiver.received) == 12
+    runs = [r.json()["runId"] for r in accepted]
+    assert runs == ["r1"] * 4 + ["r2"] * 4 + ["r3"] * 4
+    assert len(set(ids(accepted))) == 12
+    assert (await progress(db, "alpha", "ops"))["delivered"] == 12
+
+
+async def test_a_killed_replicas_lease_expires_and_another_takes_over(
+    as_: As, make_settings: MakeSettings, db: asyncpg.Connection, app_database_url: str
+) -> None:
+    alpha = as_("alpha")
+    with Receiver() as receiver:
+        settings = make_settings(
+            [{"id": "ops", "tenant": "alpha", "url": receiver.url(), "secret": "s"}]
+        )
+        database = Database(app_database_url, settings.database)
+        await database.connect()
+        doomed = asyncio.ensure_future(
+            Follower(database, settings.webhooks[0], settings, "doomed").run()
+        )
+        await breach(alpha, "r1")
+        await receiver.wait_accepted(4)
+        await wait_delivered(db, "alpha", "ops", 4)
+        doomed.cancel()  # killed: the lease is not given up
+        with contextlib.suppress(asyncio.CancelledError):
+            await doomed
+        await database.close()
+        assert (await progress(db, "alpha", "ops"))["holder"] == "doomed"
+        await breach(alpha, "r2")
+        async with notifying(settings, holder="heir"):
+            accepted = await receiver.wait_accepted(8)
+        assert len(receiver.received) == 8
+    assert [r.json()["runId"] for r in accepted] == ["r1"] * 4 + ["r2"] * 4
+    assert len(set(ids(accepted))) == 8
+
+
+async def test_two_replicas_deliver_each_alert_once(as_: As, make_settings: MakeSettings) -> None:
+    alpha = as_("alpha")
+    with Receiver() as receiver:
+        settings = make_settings(
+            [{"id": "ops", "tenant": "alpha", "url": receiver.url(), "secret": "s"}]
+        )
+        async with notifying(settings, holder="a") as a, notifying(settings, holder="b") as b:
+            await asyncio.gather(breach(alpha, "r1"), breach(alpha, "r2"))
+            accepted = await receiver.wait_accepted(8)
+            counts = sorted([a.followers[0].delivered, b.followers[0].delivered])
+        assert len(receiver.received) == 8
+    assert counts == [0, 8]  # one lease holder delivered everything
+    assert len(set(ids(accepted))) == 8
+    assert sorted(r.json()["runId"] for r in accepted) == ["r1"] * 4 + ["r2"] * 4

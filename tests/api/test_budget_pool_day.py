@@ -1,0 +1,91 @@
+"""Pools refuse, runs live (issue 14, acceptance 2): a pooled DAY budget shared by 10 runs,
+spent, refuses every further Reserve naming the pool, with RetryInfo to the next UTC midnight;
+no run fails; the tenant stream shows the pool's threshold and exhaustion once each."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import grpc
+from google.rpc import error_details_pb2
+
+from ration.budget.v1 import budget_pb2 as pb
+from tests.support.budget import Budget
+from tests.support.errors import rpc_error
+
+READ_TIMEOUT = 20  # a bound on a hang, not a speed assertion
+RUNS = [f"run-{i}" for i in range(10)]
+
+
+async def pool_events(budget: Budget, count: int) -> list[pb.WatchTenantEventsResponse]:
+    request = pb.WatchTenantEventsRequest(
+        filter=pb.TenantEventFilter(
+            event_types=[
+                pb.RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED,
+                pb.RUN_EVENT_TYPE_BUDGET_EXHAUSTED,
+            ]
+        )
+    )
+    stream = budget.stub.WatchTenantEvents(request, metadata=budget.metadata)
+    found: list[pb.WatchTenantEventsResponse] = []
+    try:
+        while len(found) < count:
+            reply = await asyncio.wait_for(stream.read(), READ_TIMEOUT)
+            assert reply is not grpc.aio.EOF
+            if reply.HasField("event"):
+                found.append(reply)
+    finally:
+        stream.cancel()
+    return found
+
+
+async def test_a_spent_day_pool_refuses_every_run_until_midnight_and_none_fails(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT,
+        "fleet",
+        kind=pb.SCOPE_BUDGET_KIND_POOLED,
+        window=pb.WINDOW_DAY,
+        max_tokens=1000,
+    )
+    for run_id in RUNS:
+        await budget.open_run(run_id, project_id="fleet", max_tokens=10_000)
+    for run_id in RUNS:  # 10 x 100 spends the pool exactly
+        hold = await budget.reserve(run_id, tokens=100)
+        await budget.consume(run_id, hold.reservation.reservation_id, tokens=100)
+    now = await db.fetchval("SELECT now()")
+    midnight = datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+    for run_id in RUNS:
+        refused = await rpc_error(budget.reserve(run_id, tokens=1))
+        assert (refused.code, refused.reason) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "BUDGET_EXHAUSTED",
+        )
+        assert (refused.metadata["scope"], refused.metadata["scopeId"]) == ("project", "fleet")
+        retry = refused.require(error_details_pb2.RetryInfo).retry_delay.ToTimedelta()
+        until = midnight - datetime.now(UTC)
+        assert abs(retry - until) < timedelta(minutes=5)  # to the next UTC midnight
+    for run_id in RUNS:
+        run = await budget.get_run(run_id)
+        assert run.state == pb.RUN_STATE_ACTIVE
+        assert "cap.breached" not in [t for t, _ in await budget.trace(run_id)]
+    events = await pool_events(budget, 2)
+    assert [(e.event.type, e.pool_scope, e.pool_scope_id, e.event.run_id) for e in events] == [
+        ("budget.threshold.crossed", pb.SCOPE_PROJECT, "fleet", ""),
+        ("budget.exhausted", pb.SCOPE_PROJECT, "fleet", ""),
+    ]
+    assert json.loads(events[1].event.payload_json) == {
+        "dimension": "tokens",
+        "consumed": 1000,
+        "limit": 1000,
+    }
+    assert events[0].project_id == "fleet"
+    window = events[0].pool_window_start.ToDatetime(tzinfo=UTC)
+    assert window == midnight - timedelta(days=1)
+    # Once each: the rows of the pool's own log are exactly these two.
+    assert await db.fetchval("SELECT count(*) FROM budget.pool_events") == 2
