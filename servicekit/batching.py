@@ -43,7 +43,7 @@ Send = Callable[[G, Sequence[I]], Awaitable[Sequence[R]]]
 # Items per statement at most; more wait for the next one.
 MAX_BATCH = 64
 # Batches of one group at the database at once from this process.
-INFLIGHT = 2
+INFLIGHT = 1
 # An item with no deadline of its own may wait this long for a connection.
 DEFAULT_WAIT_SECONDS = 2.0
 # An item whose deadline is nearer than this when the pool was busy is answered STORE_BUSY.

@@ -85,6 +85,6 @@ class BudgetSettings:
             / 1000,
             batch=BatchSettings(
                 max_items=env.integer("RATION_BUDGET_BATCH_MAX", 64, minimum=1),
-                inflight=env.integer("RATION_BUDGET_BATCH_INFLIGHT", 2, minimum=1),
+                inflight=env.integer("RATION_BUDGET_BATCH_INFLIGHT", 1, minimum=1),
             ),
         )

@@ -256,6 +256,8 @@ DECLARE
     w_crossed text[]; w_exhausted text[]; w_breached text[];
     w_sd text; w_sl bigint; w_su bigint; w_so bigint; w_ss text; w_ssi text;
     w_events integer; w_adv integer;
+    w_run text; w_model text; w_version integer; w_created timestamptz; w_expires timestamptz;
+    w_pscopes text[]; w_pids text[]; w_pwindows timestamptz[];
 BEGIN
     PERFORM set_config('ration.tenant_id', p_tenant, true);
     outcomes := array_fill(NULL::text, ARRAY[n]);
@@ -452,13 +454,26 @@ BEGIN
                        ARRAY[o.granted_tokens, o.granted_cost_nanos, o.granted_tool_calls,
                              o.granted_retries] AS gr,
                        o.pool_scopes, o.pool_scope_ids, o.pool_windows, o.created_at, o.expires_at
-                FROM budget.holds o
-                WHERE o.tenant_id = p_tenant AND o.run_id = ANY(r_id)
-                  AND ((o.state = 'open' AND o.expires_at <= v_now)
-                       OR (o.run_id, o.reservation_id) IN (
-                           SELECT * FROM unnest(named_runs, named_ids)))
+                FROM (
+                    -- Each part walks an index: the open holds by run and expiry, and the named
+                    -- holds by primary key (an OR of the two would scan every hold of the runs).
+                    SELECT h.* FROM budget.holds h
+                    WHERE h.tenant_id = p_tenant AND h.run_id = ANY(r_id) AND h.state = 'open'
+                      AND h.expires_at <= v_now
+                    UNION ALL
+                    SELECT h.*
+                    FROM unnest(named_runs, named_ids) AS x(run_id, reservation_id)
+                    CROSS JOIN LATERAL (
+                        SELECT * FROM budget.holds k
+                        WHERE k.tenant_id = p_tenant AND k.run_id = x.run_id
+                          AND k.reservation_id = x.reservation_id) h
+                ) o
                 ORDER BY o.run_id COLLATE "C", o.created_at, o.reservation_id COLLATE "C"
             LOOP
+                -- A named hold may also be overdue: loaded once.
+                CONTINUE WHEN EXISTS (
+                    SELECT 1 FROM unnest(h_id, h_run) AS y(id, run)
+                    WHERE y.id = rec.reservation_id AND y.run = array_position(r_id, rec.run_id));
                 nh := nh + 1;
                 h_id := h_id || rec.reservation_id;
                 h_run := h_run || array_position(r_id, rec.run_id);
@@ -1349,44 +1364,45 @@ BEGIN
                x.payload, v_now
         FROM unnest(pe_slot, pe_seq, pe_type, pe_payload) AS x(slot, seq, type, payload);
     END IF;
-    IF v_ended > 0 THEN
-        -- Holds that were open and ended here; guarded, so a hold never ends twice.
-        UPDATE budget.holds o SET state = x.state, ended_at = v_now
-        FROM unnest(h_id, ARRAY(SELECT r_id[h_run[s]] FROM generate_series(1, nh) s ORDER BY s),
-                    h_state, h_was_open)
-             AS x(reservation_id, run_id, state, was_open)
-        WHERE x.was_open AND x.state <> 'open'
-          AND o.tenant_id = p_tenant AND o.run_id = x.run_id
-          AND o.reservation_id = x.reservation_id AND o.state = 'open';
+    -- Holds that were open and ended here, one guarded UPDATE each (a primary-key lookup), so
+    -- a hold never ends twice.
+    FOR h IN 1..CASE WHEN v_ended > 0 THEN nh ELSE 0 END LOOP
+        CONTINUE WHEN NOT h_was_open[h] OR h_state[h] = 'open';
+        w_id := h_id[h]; w_run := r_id[h_run[h]]; w_state := h_state[h];
+        UPDATE budget.holds SET state = w_state, ended_at = v_now
+        WHERE tenant_id = p_tenant AND run_id = w_run AND reservation_id = w_id
+          AND state = 'open';
         GET DIAGNOSTICS w_count = ROW_COUNT;
-        IF w_count <> v_ended THEN
+        IF w_count <> 1 THEN
             RAISE EXCEPTION 'a hold ended concurrently' USING ERRCODE = 'serialization_failure';
         END IF;
-    END IF;
-    IF nh > 0 THEN
+    END LOOP;
+    -- New holds, one INSERT each from scalars.
+    FOR h IN 1..nh LOOP
+        CONTINUE WHEN NOT h_new[h];
+        w_id := h_id[h]; w_run := r_id[h_run[h]]; w_state := h_state[h];
+        v_slots := coalesce(string_to_array(nullif(h_slots[h], ''), ',')::integer[], '{}');
+        w_pscopes := '{}'; w_pids := '{}'; w_pwindows := '{}';
+        FOREACH m IN ARRAY v_slots LOOP
+            w_pscopes := w_pscopes || p_scope[m];
+            w_pids := w_pids || p_scope_id[m];
+            w_pwindows := w_pwindows || p_window[m];
+        END LOOP;
+        w_u1 := h_req[h][1]; w_u2 := h_req[h][2]; w_u3 := h_req[h][3]; w_u4 := h_req[h][4];
+        w_h1 := h_gr[h][1]; w_h2 := h_gr[h][2]; w_h3 := h_gr[h][3]; w_h4 := h_gr[h][4];
+        w_model := h_model[h]; w_version := h_version[h];
+        w_created := h_created[h]; w_expires := h_expires[h];
         INSERT INTO budget.holds (
             tenant_id, run_id, reservation_id, model,
             requested_tokens, requested_cost_nanos, requested_tool_calls, requested_retries,
             granted_tokens, granted_cost_nanos, granted_tool_calls, granted_retries,
             pool_scopes, pool_scope_ids, pool_windows, state, policy_version, created_at,
             expires_at, ended_at)
-        SELECT p_tenant, r_id[h_run[s]], h_id[s], h_model[s],
-               h_req[s][1], h_req[s][2], h_req[s][3], h_req[s][4],
-               h_gr[s][1], h_gr[s][2], h_gr[s][3], h_gr[s][4],
-               ARRAY(SELECT p_scope[q::integer]
-                     FROM unnest(string_to_array(nullif(h_slots[s], ''), ','))
-                          WITH ORDINALITY AS z(q, o) ORDER BY z.o),
-               ARRAY(SELECT p_scope_id[q::integer]
-                     FROM unnest(string_to_array(nullif(h_slots[s], ''), ','))
-                          WITH ORDINALITY AS z(q, o) ORDER BY z.o),
-               ARRAY(SELECT p_window[q::integer]
-                     FROM unnest(string_to_array(nullif(h_slots[s], ''), ','))
-                          WITH ORDINALITY AS z(q, o) ORDER BY z.o)::timestamptz[],
-               h_state[s], h_version[s], h_created[s], h_expires[s],
-               CASE WHEN h_state[s] = 'open' THEN NULL ELSE v_now END
-        FROM generate_series(1, nh) s
-        WHERE h_new[s];
-    END IF;
+        VALUES (
+            p_tenant, w_run, w_id, w_model, w_u1, w_u2, w_u3, w_u4, w_h1, w_h2, w_h3, w_h4,
+            w_pscopes, w_pids, w_pwindows, w_state, w_version, w_created, w_expires,
+            CASE WHEN w_state = 'open' THEN NULL ELSE v_now END);
+    END LOOP;
     IF nl > 0 THEN
         INSERT INTO budget.ledger (
             tenant_id, run_id, request_id, decision, reason, reservation_id, model,
