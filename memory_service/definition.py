@@ -158,7 +158,7 @@ def factory(settings: MemorySettings) -> AppFactory:
             while True:
                 await asyncio.sleep(REQUEST_SWEEP_SECONDS)
                 try:
-                    await database.statement(
+                    await database.upkeep_transaction(
                         lambda conn: forget_older_than(conn, REQUEST_LOG, REQUEST_RETENTION_HOURS)
                     )
                 except DomainError as error:  # the store is down; try again next period
