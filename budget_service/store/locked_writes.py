@@ -24,7 +24,7 @@ from budget_service.store import rows
 _POOL_CONFIGS = """
     ARRAY(
         SELECT ROW(s.scope, s.scope_id, s.window_kind, s.max_tokens, s.max_cost_nanos,
-                   s.max_tool_calls, s.max_retries,
+                   s.max_tool_calls, s.max_retries, s.max_model_calls,
                    (SELECT max(b.window_start) FROM budget.pool_balances b
                     WHERE b.tenant_id = s.tenant_id AND b.scope = s.scope
                       AND b.scope_id = s.scope_id))
@@ -57,7 +57,8 @@ ON CONFLICT DO NOTHING"""
 # runs sharing pools cannot deadlock: the current windows plus those of the holds this call may
 # end (overdue ones, the named one, or all open ones on close).
 _LOCK_POOLS = f"""
-SELECT p.scope, p.scope_id, p.window_start, {rows.columns("consumed")}, {rows.columns("held")}
+SELECT p.scope, p.scope_id, p.window_start, {rows.columns("consumed")}, {rows.columns("held")},
+    p.consumed_model_calls, p.held_model_calls
 FROM budget.pool_balances p
 WHERE p.tenant_id = $1 AND (p.scope, p.scope_id, p.window_start) IN (
     SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[])
@@ -69,7 +70,7 @@ WHERE p.tenant_id = $1 AND (p.scope, p.scope_id, p.window_start) IN (
 ORDER BY array_position('{{workflow,agent,project}}'::text[], p.scope), p.scope_id, p.window_start
 FOR UPDATE OF p"""
 
-_GRANTED_SUMS = ", ".join(f"sum(h.granted_{s})::bigint" for s in rows.SUFFIXES)
+_GRANTED_SUMS = ", ".join(f"sum(h.granted_{s})::bigint" for s in (*rows.SUFFIXES, "model_calls"))
 
 # Runs after the pool locks are held, so its snapshot is consistent with the locked rows: this
 # run's overdue holds end here, and other runs' overdue holds on the locked pools are summed
@@ -122,11 +123,14 @@ async def lock_run(
     pools = tuple(
         (
             PoolConfig(
-                BalanceRef(Scope(scope), scope_id), BudgetLimits(t, c, tc, r), Window(window)
+                BalanceRef(Scope(scope), scope_id),
+                BudgetLimits(t, c, tc, r),
+                Window(window),
+                model_calls,
             ),
             latest,
         )
-        for scope, scope_id, window, t, c, tc, r, latest in row["pool_configs"]
+        for scope, scope_id, window, t, c, tc, r, model_calls, latest in row["pool_configs"]
     )
     return LockedRow(rows.run_of(row), row["db_now"], row["has_overdue"], pools)
 
@@ -169,14 +173,21 @@ async def lock_pools(
     balances = {}
     for r in found:
         key = rows.pool_key_of(r["scope"], r["scope_id"], r["window_start"])
-        balances[key] = PoolBalance(key, rows.amounts_of(r, "consumed"), rows.amounts_of(r, "held"))
+        balances[key] = PoolBalance(
+            key,
+            rows.amounts_of(r, "consumed"),
+            rows.amounts_of(r, "held"),
+            consumed_model_calls=r["consumed_model_calls"],
+            held_model_calls=r["held_model_calls"],
+        )
     return balances
 
 
 async def expire_overdue(
     conn: asyncpg.Connection, tenant: str, run_id: str, pools: Sequence[PoolKey]
-) -> tuple[list[ReservationRecord], dict[PoolKey, dict[Dimension, int]]]:
-    """Ends this run's overdue holds; returns them and other runs' overdue amounts per pool."""
+) -> tuple[list[ReservationRecord], dict[PoolKey, tuple[dict[Dimension, int], int]]]:
+    """Ends this run's overdue holds; returns them and other runs' overdue amounts (and model
+    calls) per pool."""
     row = await conn.fetchrow(
         _EXPIRE,
         tenant,
@@ -187,8 +198,11 @@ async def expire_overdue(
     )
     expired = [rows.reservation_of(values) for values in row["expired"]]
     other = {
-        rows.pool_key_of(scope, scope_id, window): dict(zip(Dimension, sums, strict=True))
-        for scope, scope_id, window, *sums in row["other"]
+        rows.pool_key_of(scope, scope_id, window): (
+            dict(zip(Dimension, sums, strict=True)),
+            model_calls,
+        )
+        for scope, scope_id, window, *sums, model_calls in row["other"]
     }
     return expired, other
 
