@@ -342,9 +342,12 @@ class BudgetClient(Client):
         window: Window = Window.NONE,
         enforcement: Enforcement = Enforcement.HARD,
         model_match: str = "",
+        max_model_calls: int | None = None,
         request_id: str | None = None,
     ) -> ScopeBudget:
-        """Creates or replaces the budget of a project, workflow or agent (admin token)."""
+        """Creates or replaces the budget of a project, workflow or agent (admin token).
+        `max_model_calls` (pooled only): model calls per window, each Reserve naming a model
+        being one."""
         budget = budget_pb2.ScopeBudget(
             scope=convert.SCOPES.number(scope),
             scope_id=scope_id,
@@ -353,6 +356,7 @@ class BudgetClient(Client):
             window=convert.WINDOWS.number(window),
             enforcement=convert.ENFORCEMENTS.number(enforcement),
             model_match=model_match,
+            max_model_calls=max_model_calls,
         )
         request = budget_pb2.PutScopeBudgetRequest(
             request_id=request_id or new_request_id(), budget=budget

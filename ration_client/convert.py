@@ -283,6 +283,7 @@ def scope_budget(message: pb.ScopeBudget, balance: pb.PoolBalance | None = None)
         version=message.version,
         updated_at=datetime_of(message.updated_at),
         model_match=message.model_match,
+        max_model_calls=_optional(message, "max_model_calls"),
         balance=None
         if balance is None
         else v.PoolBalance(

@@ -37,12 +37,15 @@ def usd(amount: str | int | Decimal) -> int:
 
 
 class Dimension(enum.StrEnum):
-    """A budget dimension; the value is its OpenWOP name."""
+    """A budget dimension; the value is its OpenWOP name. MODEL_CALLS is ration's extension
+    for pools only (`ScopeBudget.max_model_calls`): a pool's status and its own events on the
+    tenant stream name it "modelCalls"; a run's own balance and events never do."""
 
     TOKENS = "tokens"
     COST = "cost"
     TOOL_CALLS = "toolCalls"
     RETRIES = "retries"
+    MODEL_CALLS = "modelCalls"
 
 
 class Scope(enum.StrEnum):
@@ -321,6 +324,7 @@ class ScopeBudget:
     updated_at: datetime
     balance: PoolBalance | None = None  # GetScopeBudget of a pool: its current window
     model_match: str = ""  # a pool that applies only to calls whose model matches this glob
+    max_model_calls: int | None = None  # a pool's model calls per window; None: unbounded
 
 
 @dataclass(frozen=True)

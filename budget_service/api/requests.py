@@ -325,8 +325,16 @@ def scope_budget(request: pb.PutScopeBudgetRequest) -> tuple[cmd.Mutation, Scope
         message.enforcement, ENFORCEMENTS, "budget.enforcement", Enforcement.HARD
     )
     policy = _policy(message.policy, "budget.policy", found)
+    max_model_calls = message.max_model_calls if message.HasField("max_model_calls") else None
     budget = ScopeBudget(
-        scope, message.scope_id, kind, policy, window, enforcement, message.model_match
+        scope,
+        message.scope_id,
+        kind,
+        policy,
+        window,
+        enforcement,
+        message.model_match,
+        max_model_calls,
     )
     # The policy was validated above; validate the scope parts only.
     found += [

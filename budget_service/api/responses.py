@@ -19,11 +19,13 @@ from budget_service.api.requests import (
 from budget_service.domain import commands as cmd
 from budget_service.domain import events as ev
 from budget_service.domain.policy import (
+    AnyDimension,
     BudgetPolicy,
     Dimension,
     EffectiveBudget,
     Enforcement,
     ModelVerdict,
+    PoolDimension,
     Scope,
 )
 from budget_service.domain.records import (
@@ -42,11 +44,12 @@ from servicekit.timestamps import timestamp
 K = TypeVar("K", bound=int)
 V = TypeVar("V")
 
-DIMENSIONS = {
+DIMENSIONS: dict[AnyDimension, pb.Dimension] = {
     Dimension.TOKENS: pb.DIMENSION_TOKENS,
     Dimension.COST: pb.DIMENSION_COST,
     Dimension.TOOL_CALLS: pb.DIMENSION_TOOL_CALLS,
     Dimension.RETRIES: pb.DIMENSION_RETRIES,
+    PoolDimension.MODEL_CALLS: pb.DIMENSION_MODEL_CALLS,
 }
 STATES = {
     RunState.ACTIVE: pb.RUN_STATE_ACTIVE,
@@ -318,6 +321,7 @@ def scope_budget(stored: StoredScopeBudget) -> pb.ScopeBudget:
         window=WINDOW_NUMBERS[b.window],
         enforcement=ENFORCEMENT_NUMBERS[b.enforcement],
         model_match=b.model_match,
+        max_model_calls=b.max_model_calls,
         version=stored.version,
         updated_at=timestamp(stored.updated_at),
     )
@@ -326,7 +330,7 @@ def scope_budget(stored: StoredScopeBudget) -> pb.ScopeBudget:
 def get_scope_budget(view: cmd.ScopeBudgetView) -> pb.GetScopeBudgetResponse:
     message = pb.GetScopeBudgetResponse(budget=scope_budget(view.stored))
     if view.pool is not None:
-        balance = view.pool.balance
+        balance, pool_budget = view.pool.balance, view.pool.budget
         statuses = [
             DimensionStatus(
                 d,
@@ -337,7 +341,7 @@ def get_scope_budget(view: cmd.ScopeBudgetView) -> pb.GetScopeBudgetResponse:
                 balance.key.ref.scope,
                 balance.key.ref.scope_id,
             )
-            for d, b in balance.judged(view.pool.budget.policy).items()
+            for d, b in balance.reported(pool_budget.policy, pool_budget.max_model_calls).items()
         ]
         pool = message.balance
         pool.window_start.CopyFrom(timestamp(balance.key.window_start))

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, ClassVar
 
-from budget_service.domain.policy import Dimension, EffectiveBudget, Scope
+from budget_service.domain.policy import (
+    AnyDimension,
+    Dimension,
+    EffectiveBudget,
+    Scope,
+    dimension_named,
+)
 
 NANOS_PER_USD = 10**9
 
@@ -24,7 +30,7 @@ def usd_text(nanos: int) -> str:
     return f"{whole}.{f'{fraction:09d}'.rstrip('0') or '0'}"
 
 
-def render_amount(dimension: Dimension, value: int) -> str:
+def render_amount(dimension: AnyDimension, value: int) -> str:
     """An amount as its JSON number text (cost in USD, everything else a plain integer)."""
     return usd_text(value) if dimension is Dimension.COST else str(value)
 
@@ -63,7 +69,7 @@ class BudgetConsumed:
     """Per bounded dimension touched by a Consume; `remaining` is max(0, limit - consumed)."""
 
     event_type: ClassVar[str] = "budget.consumed"
-    dimension: Dimension
+    dimension: AnyDimension
     consumed: int
     limit: int
     remaining: int
@@ -83,7 +89,7 @@ class ThresholdCrossed:
     """Once per dimension (per budget), when consumption first reaches `percent` of the limit."""
 
     event_type: ClassVar[str] = "budget.threshold.crossed"
-    dimension: Dimension
+    dimension: AnyDimension  # modelCalls: a pool's own event only
     consumed: int
     limit: int
     percent: int
@@ -103,7 +109,7 @@ class BudgetExhausted:
     """Once per dimension (per budget): consumed reached the limit, or a breach was attempted."""
 
     event_type: ClassVar[str] = "budget.exhausted"
-    dimension: Dimension
+    dimension: AnyDimension  # modelCalls: a pool's own event only
     consumed: int
     limit: int
 
@@ -239,7 +245,7 @@ OPENWOP_PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
 }
 
 
-def _amount(dimension: Dimension, value: Decimal | int) -> int:
+def _amount(dimension: AnyDimension, value: Decimal | int) -> int:
     """A JSON amount back to native units, exactly (cost USD text to nanos)."""
     if dimension is Dimension.COST:
         return int(Decimal(value) * NANOS_PER_USD)
@@ -268,9 +274,9 @@ def decode(event_type: str, payload_json: str, base: EffectiveBudget | None = No
     if event_type == RunFailed.event_type:
         return RunFailed(data["error"]["message"], data["error"]["code"])
     if event_type == CapBreached.event_type:
-        d = _BY_KIND[data["kind"]]
-        return CapBreached(d, _amount(d, data["limit"]), _amount(d, data["observed"]))
-    d = Dimension(data["dimension"])
+        kind = _BY_KIND[data["kind"]]
+        return CapBreached(kind, _amount(kind, data["limit"]), _amount(kind, data["observed"]))
+    d = dimension_named(data["dimension"])  # a pool's own events may name "modelCalls"
     consumed, limit = _amount(d, data["consumed"]), _amount(d, data["limit"])
     if event_type == BudgetConsumed.event_type:
         return BudgetConsumed(d, consumed, limit, _amount(d, data["remaining"]))

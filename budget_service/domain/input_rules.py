@@ -6,6 +6,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from budget_service.domain.policy import (
+    MAX_MODEL_CALLS,
     BudgetPolicy,
     Dimension,
     OnExhaustion,
@@ -161,6 +162,11 @@ def validate_scope_budget(budget: ScopeBudget, prefix: str = "") -> list[FieldVi
         problem = _glob_problem(budget.model_match)
         if problem is not None:
             found.append(FieldViolation(path, problem))
+    if budget.max_model_calls is not None:
+        path = _path(prefix, "max_model_calls")
+        if budget.kind is ScopeBudgetKind.PER_RUN:
+            found.append(FieldViolation(path, "only pooled budgets bound model calls"))
+        found += check_int(budget.max_model_calls, path, 0, MAX_MODEL_CALLS)
     return found + validate_policy(budget.policy, _path(prefix, "policy"))
 
 

@@ -44,6 +44,25 @@ class DimensionSpec:
     max_amount: int
 
 
+class PoolDimension(enum.StrEnum):
+    """A dimension only a pooled budget bounds: ration's extension, never part of a run's own
+    balance or events (RFC 0084's four dimensions stay the run event vocabulary)."""
+
+    MODEL_CALLS = "modelCalls"  # requests per window: each Reserve or Consume naming a model
+
+
+# What a status or a pool event is about: one of the four, or a pool's own dimension.
+AnyDimension = Dimension | PoolDimension
+
+
+def dimension_named(name: str) -> AnyDimension:
+    """The dimension of an event payload or status row ("tokens", ..., "modelCalls")."""
+    return PoolDimension(name) if name == PoolDimension.MODEL_CALLS else Dimension(name)
+
+
+# Bounds of a pool's max_model_calls (0 stops every model call of the scope's runs).
+MAX_MODEL_CALLS = 10**15
+
 _SPECS = {
     Dimension.TOKENS: DimensionSpec("budget-tokens", "tokens", "max_tokens", 1, 10**15),
     Dimension.COST: DimensionSpec("budget-cost", "cost_nanos", "max_cost_nanos", 0, 10**18),
@@ -156,6 +175,8 @@ class ScopeBudget:
     enforcement: Enforcement = Enforcement.HARD
     # Pooled only: the pool applies to calls whose model matches this glob ("": every call).
     model_match: str = ""
+    # Pooled only: model calls per window (None: unbounded).
+    max_model_calls: int | None = None
 
 
 @dataclass(frozen=True)

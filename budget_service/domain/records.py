@@ -10,9 +10,11 @@ from typing import Any
 from budget_service.domain import events as ev
 from budget_service.domain.policy import (
     HOST,
+    AnyDimension,
     BudgetLimits,
     Dimension,
     EffectiveBudget,
+    PoolDimension,
     Scope,
     ScopeBudget,
     Window,
@@ -54,17 +56,22 @@ class PoolConfig:
     ref: BalanceRef
     limits: BudgetLimits
     window: Window
+    max_model_calls: int | None = None
 
 
 @dataclass(frozen=True)
 class PoolBalance:
     """A pool row's stored facts; `overdue` is held by other runs' holds past their expiry,
-    which no longer counts but is still in `held` until those holds are marked expired."""
+    which no longer counts but is still in `held` until those holds are marked expired. Model
+    calls, a pool's own dimension, are kept beside the four."""
 
     key: PoolKey
     consumed: Mapping[Dimension, int] = field(default_factory=lambda: dict(ZERO))
     held: Mapping[Dimension, int] = field(default_factory=lambda: dict(ZERO))
     overdue: Mapping[Dimension, int] = field(default_factory=lambda: dict(ZERO))
+    consumed_model_calls: int = 0
+    held_model_calls: int = 0
+    overdue_model_calls: int = 0
 
     def judged(self, limits: BudgetLimits | None) -> dict[Dimension, Balance]:
         """The balance a decision sees: live limits, held without overdue holds."""
@@ -76,6 +83,18 @@ class PoolBalance:
             )
             for d in Dimension
         }
+
+    def reported(
+        self, limits: BudgetLimits | None, max_model_calls: int | None = None
+    ) -> dict[AnyDimension, Balance]:
+        """judged(), and the pool's model calls when it bounds them: what its statuses report."""
+        found: dict[AnyDimension, Balance] = {d: b for d, b in self.judged(limits).items()}
+        if max_model_calls is not None:
+            held = self.held_model_calls - self.overdue_model_calls
+            found[PoolDimension.MODEL_CALLS] = Balance(
+                max_model_calls, self.consumed_model_calls, held
+            )
+        return found
 
 
 @dataclass(frozen=True)
@@ -132,6 +151,7 @@ class ReservationRecord:
     pools: tuple[PoolKey, ...]
     created_at: datetime
     expires_at: datetime
+    model_calls: int = 0  # held on each of its pools: 1 when Reserve named a model
 
     @property
     def reply(self) -> Mapping[str, Any] | None:
@@ -163,6 +183,9 @@ class LedgerEntry:
     held: Mapping[Dimension, int] = field(default_factory=dict)
     pools: tuple[PoolKey, ...] = ()
     detail: Mapping[str, Any] | None = None
+    # What the row moves on its pools only (a run never counts model calls).
+    consumed_model_calls: int = 0
+    held_model_calls: int = 0
 
 
 @dataclass
@@ -184,9 +207,9 @@ class RunChanges:
 
 @dataclass(frozen=True)
 class DimensionStatus:
-    """One dimension of one balance as reported to callers."""
+    """One dimension of one balance as reported to callers (modelCalls: pools only)."""
 
-    dimension: Dimension
+    dimension: AnyDimension
     limit: int | None
     consumed: int
     held: int
@@ -214,7 +237,7 @@ def run_statuses(run: RunRecord, balances: Mapping[Dimension, Balance]) -> list[
 
 
 def pool_statuses(
-    ref: BalanceRef, balances: Mapping[Dimension, Balance], window_end: datetime | None = None
+    ref: BalanceRef, balances: Mapping[AnyDimension, Balance], window_end: datetime | None = None
 ) -> list[DimensionStatus]:
     """A pool's bounded dimensions (`window_end`: when its current window ends, if windowed)."""
     return [

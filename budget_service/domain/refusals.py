@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from budget_service.domain import events as ev
-from budget_service.domain.policy import MAX_TOTAL, Dimension, Scope
+from budget_service.domain.policy import MAX_TOTAL, Scope, dimension_named
 from budget_service.domain.run_state import (
     BalanceRef,
     Breach,
@@ -152,7 +152,7 @@ def refusal_error(facts: Mapping[str, Any]) -> DomainError:
         if facts.get("dimension") is not None:
             ref = BalanceRef(Scope(facts["breach_scope"]), facts["breach_scope_id"])
             breach = Breach(
-                Dimension(facts["dimension"]),
+                dimension_named(facts["dimension"]),
                 int(facts["limit"]),
                 int(facts["consumed"]),
                 int(facts["observed"]),
@@ -168,7 +168,7 @@ def refusal_error(facts: Mapping[str, Any]) -> DomainError:
         )
     if reason == "BUDGET_HELD":
         contention = Contention(
-            Dimension(facts["dimension"]),
+            dimension_named(facts["dimension"]),
             int(facts["limit"]),
             int(facts["consumed"]),
             int(facts["held"]),

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from budget_service.domain.policy import Dimension, Scope
+from budget_service.domain.policy import AnyDimension, Dimension, Scope
 
 Amounts = Mapping[Dimension, int]
 
@@ -75,7 +75,7 @@ Balances = Mapping[BalanceRef, Mapping[Dimension, Balance]]
 class Breach:
     """An attempt that cannot fit even if every hold were released."""
 
-    dimension: Dimension
+    dimension: AnyDimension  # a run's own breach is always one of the four
     limit: int
     consumed: int
     observed: int  # what the attempt would reach (reserve) or reached (consume)
@@ -86,7 +86,7 @@ class Breach:
 class Contention:
     """It would fit once open holds end: retryable, and the run is untouched."""
 
-    dimension: Dimension
+    dimension: AnyDimension
     limit: int
     consumed: int
     held: int

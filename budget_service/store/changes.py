@@ -44,10 +44,12 @@ run_upd AS (
     WHERE r.tenant_id = $1 AND r.run_id = $2
     RETURNING 1
 ), pool_upd AS (
-    UPDATE budget.pool_balances p SET {_set("consumed")}, {_set("held")}
+    UPDATE budget.pool_balances p SET {_set("consumed")}, {_set("held")},
+        consumed_model_calls = x.consumed_model_calls, held_model_calls = x.held_model_calls
     FROM doc, jsonb_to_recordset(doc.d -> 'pools') AS x(
         scope text, scope_id text, window_start timestamptz,
-        {_record_type("consumed")}, {_record_type("held")})
+        {_record_type("consumed")}, {_record_type("held")}, consumed_model_calls bigint,
+        held_model_calls bigint)
     WHERE p.tenant_id = $1 AND p.scope = x.scope AND p.scope_id = x.scope_id
       AND p.window_start = x.window_start
     RETURNING 1
@@ -73,14 +75,16 @@ run_upd AS (
 ), ledger_ins AS (
     INSERT INTO budget.ledger (
         tenant_id, run_id, request_id, decision, reason, reservation_id, model, policy_version,
-        {rows.columns("consumed")}, {rows.columns("held")}, pools, detail)
+        {rows.columns("consumed")}, {rows.columns("held")}, consumed_model_calls,
+        held_model_calls, pools, detail)
     SELECT $1, $2, doc.d ->> 'request_id', x.decision, x.reason, x.reservation_id, x.model,
         x.policy_version,
-        {rows.columns("x.consumed")}, {rows.columns("x.held")}, x.pools, x.detail
+        {rows.columns("x.consumed")}, {rows.columns("x.held")}, x.consumed_model_calls,
+        x.held_model_calls, x.pools, x.detail
     FROM doc, jsonb_to_recordset(doc.d -> 'ledger') AS x(
         i integer, decision text, reason text, reservation_id text, model text,
         policy_version integer, {_record_type("consumed")}, {_record_type("held")},
-        pools jsonb, detail jsonb)
+        consumed_model_calls bigint, held_model_calls bigint, pools jsonb, detail jsonb)
     ORDER BY x.i
     RETURNING 1
 ), events_ins AS (

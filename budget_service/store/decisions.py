@@ -1,5 +1,5 @@
 """Budget SQL of the per-call protocol: a batch of Reserve, Consume, Release (or Check) items of
-one tenant, decided by `budget.decide_v1` (migration 0006) in one statement.
+one tenant, decided by `budget.decide_v1` (migration 0006, replaced by 0010) in one statement.
 
 The function holds every rule; this module only passes the batch as arrays and reads the
 per-item answers back. The statement is its own transaction (no BEGIN/COMMIT round trips):

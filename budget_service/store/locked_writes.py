@@ -39,7 +39,7 @@ FOR UPDATE OF r"""
 # caller knows whether the current window's row must be created first).
 _POOL_CONFIGS = """
 SELECT s.scope, s.scope_id, s.window_kind, s.max_tokens, s.max_cost_nanos, s.max_tool_calls,
-    s.max_retries,
+    s.max_retries, s.max_model_calls,
     (SELECT max(b.window_start) FROM budget.pool_balances b
      WHERE b.tenant_id = $1 AND b.scope = s.scope AND b.scope_id = s.scope_id) AS latest
 FROM budget.scope_budgets s
@@ -57,7 +57,8 @@ ON CONFLICT DO NOTHING"""
 # runs sharing pools cannot deadlock: the current windows plus those of the holds this call may
 # end (overdue ones, the named one, or all open ones on close).
 _LOCK_POOLS = f"""
-SELECT p.scope, p.scope_id, p.window_start, {rows.columns("consumed")}, {rows.columns("held")}
+SELECT p.scope, p.scope_id, p.window_start, {rows.columns("consumed")}, {rows.columns("held")},
+    p.consumed_model_calls, p.held_model_calls
 FROM budget.pool_balances p
 WHERE p.tenant_id = $1 AND (p.scope, p.scope_id, p.window_start) IN (
     SELECT * FROM unnest($2::text[], $3::text[], $4::timestamptz[])
@@ -69,7 +70,7 @@ WHERE p.tenant_id = $1 AND (p.scope, p.scope_id, p.window_start) IN (
 ORDER BY array_position('{{workflow,agent,project}}'::text[], p.scope), p.scope_id, p.window_start
 FOR UPDATE OF p"""
 
-_GRANTED_SUMS = ", ".join(f"sum(h.granted_{s})::bigint" for s in rows.SUFFIXES)
+_GRANTED_SUMS = ", ".join(f"sum(h.granted_{s})::bigint" for s in (*rows.SUFFIXES, "model_calls"))
 
 # Run after the pool locks are held, so they see the locked rows: this run's overdue holds end
 # here, and other runs' overdue holds on the locked pools are summed (they no longer count,
@@ -135,6 +136,7 @@ async def lock_run(
                     c["max_tokens"], c["max_cost_nanos"], c["max_tool_calls"], c["max_retries"]
                 ),
                 Window(c["window_kind"]),
+                c["max_model_calls"],
             ),
             c["latest"],
         )
@@ -181,14 +183,21 @@ async def lock_pools(
     balances = {}
     for r in found:
         key = rows.pool_key_of(r["scope"], r["scope_id"], r["window_start"])
-        balances[key] = PoolBalance(key, rows.amounts_of(r, "consumed"), rows.amounts_of(r, "held"))
+        balances[key] = PoolBalance(
+            key,
+            rows.amounts_of(r, "consumed"),
+            rows.amounts_of(r, "held"),
+            consumed_model_calls=r["consumed_model_calls"],
+            held_model_calls=r["held_model_calls"],
+        )
     return balances
 
 
 async def expire_overdue(
     conn: asyncpg.Connection, tenant: str, run_id: str, pools: Sequence[PoolKey]
-) -> tuple[list[ReservationRecord], dict[PoolKey, dict[Dimension, int]]]:
-    """Ends this run's overdue holds; returns them and other runs' overdue amounts per pool."""
+) -> tuple[list[ReservationRecord], dict[PoolKey, tuple[dict[Dimension, int], int]]]:
+    """Ends this run's overdue holds; returns them and other runs' overdue amounts (and model
+    calls) per pool."""
     expired = [rows.reservation_of(r) for r in await conn.fetch(_EXPIRE, tenant, run_id)]
     found = (
         await conn.fetch(
@@ -203,8 +212,9 @@ async def expire_overdue(
         else []
     )
     other = {
-        rows.pool_key_of(r["scope"], r["scope_id"], r["window_start"]): dict(
-            zip(Dimension, list(r.values())[3:], strict=True)
+        rows.pool_key_of(r["scope"], r["scope_id"], r["window_start"]): (
+            dict(zip(Dimension, list(r.values())[3:7], strict=True)),
+            r[7],
         )
         for r in found
     }

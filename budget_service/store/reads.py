@@ -22,7 +22,8 @@ from budget_service.domain.run_state import BalanceRef
 from budget_service.store import rows
 
 _GRANTED_SUMS = ", ".join(
-    f"coalesce(sum(h.granted_{s}), 0)::bigint AS overdue_{s}" for s in rows.SUFFIXES
+    f"coalesce(sum(h.granted_{s}), 0)::bigint AS overdue_{s}"
+    for s in (*rows.SUFFIXES, "model_calls")
 )
 
 # A scope budget with its newest balance row and what overdue holds still hold on that row.
@@ -31,7 +32,9 @@ _POOL_VIEW = f"""
 SELECT s.*, b.window_start AS balance_window,
     {", ".join(f"b.consumed_{x} AS balance_consumed_{x}" for x in rows.SUFFIXES)},
     {", ".join(f"b.held_{x} AS balance_held_{x}" for x in rows.SUFFIXES)},
-    {", ".join(f"o.overdue_{x}" for x in rows.SUFFIXES)}
+    b.consumed_model_calls AS balance_consumed_model_calls,
+    b.held_model_calls AS balance_held_model_calls,
+    {", ".join(f"o.overdue_{x}" for x in rows.SUFFIXES)}, o.overdue_model_calls
 FROM budget.scope_budgets s
 LEFT JOIN LATERAL (
     SELECT * FROM budget.pool_balances b
@@ -86,15 +89,15 @@ _PUT_SCOPE_BUDGET = """
 INSERT INTO budget.scope_budgets (
     tenant_id, scope, scope_id, kind, max_tokens, max_cost_nanos, max_tool_calls, max_retries,
     model_allow, model_deny, threshold_percent, on_exhaustion, window_kind, enforcement,
-    model_match)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, nullif($15, ''))
+    model_match, max_model_calls)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, nullif($15, ''), $16)
 ON CONFLICT (tenant_id, scope, scope_id, kind) DO UPDATE SET
     max_tokens = EXCLUDED.max_tokens, max_cost_nanos = EXCLUDED.max_cost_nanos,
     max_tool_calls = EXCLUDED.max_tool_calls, max_retries = EXCLUDED.max_retries,
     model_allow = EXCLUDED.model_allow, model_deny = EXCLUDED.model_deny,
     threshold_percent = EXCLUDED.threshold_percent, on_exhaustion = EXCLUDED.on_exhaustion,
     window_kind = EXCLUDED.window_kind, enforcement = EXCLUDED.enforcement,
-    model_match = EXCLUDED.model_match,
+    model_match = EXCLUDED.model_match, max_model_calls = EXCLUDED.max_model_calls,
     version = budget.scope_budgets.version + 1, updated_at = EXCLUDED.updated_at
 RETURNING version, updated_at"""
 
@@ -160,6 +163,11 @@ def _pool_view(row: Mapping[str, Any], now: datetime) -> PoolView:
             rows.amounts_of(row, "balance_consumed"),
             rows.amounts_of(row, "balance_held"),
             rows.amounts_of(row, "overdue"),
+            # budget.pool_gauges() rows (migration 0005) carry no model calls: gauges show the
+            # four dimensions only.
+            int(row.get("balance_consumed_model_calls") or 0),
+            int(row.get("balance_held_model_calls") or 0),
+            int(row.get("overdue_model_calls") or 0),
         ),
     )
 
@@ -240,6 +248,7 @@ async def put_scope_budget(
         budget.window.value,
         budget.enforcement.value,
         budget.model_match,
+        budget.max_model_calls,
     )
     return StoredScopeBudget(budget, row["version"], row["updated_at"])
 

@@ -170,7 +170,7 @@ def run_doc(run: RunRecord, advisory_refusals: int = 0) -> dict[str, Any]:
 HOLD_COLUMNS = (
     "reservation_id, run_id, model, "
     f"{columns('requested')}, {columns('granted')}, "
-    "state, pool_scopes, pool_scope_ids, pool_windows, created_at, expires_at"
+    "state, pool_scopes, pool_scope_ids, pool_windows, created_at, expires_at, granted_model_calls"
 )
 
 
@@ -192,6 +192,7 @@ def reservation_of(values: Sequence[Any]) -> ReservationRecord:
         pools=pools,
         created_at=values[15],
         expires_at=values[16],
+        model_calls=values[17],
     )
 
 
@@ -227,6 +228,8 @@ def pool_doc(pool: PoolBalance) -> dict[str, Any]:
         "window_start": key.window_start.isoformat(),
         **amounts_doc(pool.consumed, "consumed"),
         **amounts_doc(pool.held, "held"),
+        "consumed_model_calls": pool.consumed_model_calls,
+        "held_model_calls": pool.held_model_calls,
     }
 
 
@@ -248,12 +251,15 @@ def ledger_doc(index: int, entry: LedgerEntry) -> dict[str, Any]:
         "policy_version": entry.policy_version,
         **amounts_doc(entry.consumed, "consumed"),
         **amounts_doc(entry.held, "held"),
+        "consumed_model_calls": entry.consumed_model_calls,
+        "held_model_calls": entry.held_model_calls,
         "pools": pools,
         "detail": dict(entry.detail) if entry.detail is not None else None,
     }
 
 
 def scope_budget_of(row: Row) -> ScopeBudget:
+    """A scope budget from its row (or from a JSON row of budget.pool_gauges())."""
     allow = row["model_allow"]
     policy = BudgetPolicy(
         max_tokens=row["max_tokens"],
@@ -273,4 +279,5 @@ def scope_budget_of(row: Row) -> ScopeBudget:
         Window(row["window_kind"]),
         Enforcement(row["enforcement"]),
         row["model_match"] or "",
+        row.get("max_model_calls"),
     )

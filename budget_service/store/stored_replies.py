@@ -1,7 +1,7 @@
 """Stored replies of Reserve, Consume and Release: the JSON documents the request log keeps.
 
-budget.decide_v1 (migration 0006) builds them in SQL; the encoders here write the same shape
-(the test oracle uses them). A reply is decoded back into the domain result for the servicer,
+budget.decide_v1 (migrations 0006, 0010) builds them in SQL; the encoders here write the same
+shape (the test oracle uses them). A reply is decoded back into the domain result for the servicer,
 fresh or replayed alike: a view whose fields are decoded when first read, and whose `reply` is
 the document itself, which the API converts straight into its response
 (budget_service/api/responses.py), so the hot path builds no domain value it does not read.
@@ -18,14 +18,14 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from budget_service.domain.commands import ConsumeResult, ReserveResult
-from budget_service.domain.policy import WINDOW_EPOCH, Dimension, Scope
+from budget_service.domain.policy import WINDOW_EPOCH, AnyDimension, Dimension, PoolDimension, Scope
 from budget_service.domain.records import DimensionStatus, PoolKey, ReservationRecord
 from budget_service.domain.run_state import BalanceRef, ReservationState, RunState
 
 _DIMENSIONS = tuple(Dimension)
 _MICROSECOND = timedelta(microseconds=1)
 # Enum lookups by value through dicts: calling the enum class is several times slower.
-_DIMENSION = {d.value: d for d in Dimension}
+_DIMENSION: dict[str, AnyDimension] = {d.value: d for d in (*Dimension, *PoolDimension)}
 _SCOPE = {s.value: s for s in Scope}
 _RESERVATION_STATE = {s.value: s for s in ReservationState}
 
@@ -59,6 +59,7 @@ def reservation_doc(reservation: ReservationRecord) -> dict[str, Any]:
         ],
         "created_us": _us(reservation.created_at),
         "expires_us": _us(reservation.expires_at),
+        "model_calls": reservation.model_calls,
     }
 
 
@@ -180,6 +181,8 @@ class StoredReservation(_StoredView, ReservationRecord):
         "pools": _pools,
         "created_at": lambda doc: _time(doc["created_us"]),
         "expires_at": lambda doc: _time(doc["expires_us"]),
+        # Replies stored before migration 0010 held no model calls.
+        "model_calls": lambda doc: doc.get("model_calls", 0),
     }
 
 

@@ -33,11 +33,9 @@ from budget_service.domain.records import (
     run_statuses,
 )
 from budget_service.domain.run_state import (
-    RUN_BALANCE,
     Amounts,
     Balance,
     BalanceRef,
-    Balances,
     ReservationState,
     RunOutcome,
     RunState,
@@ -46,10 +44,15 @@ from budget_service.store import changes as store_write
 from budget_service.store import locked_writes as store
 
 
-def _release_on_pool(pool: PoolBalance, reservation: Amounts) -> PoolBalance:
+def _release_on_pool(pool: PoolBalance, reservation: ReservationRecord) -> PoolBalance:
     before = {d: Balance(None, pool.consumed[d], pool.held[d]) for d in Dimension}
-    after = settle_reservation(before, reservation)
-    return replace(pool, held={d: b.held for d, b in after.items()})
+    after = settle_reservation(before, reservation.granted)
+    held_model_calls = pool.held_model_calls - reservation.model_calls
+    if held_model_calls < 0:
+        raise ValueError("a hold releases more model calls than its pool holds")
+    return replace(
+        pool, held={d: b.held for d, b in after.items()}, held_model_calls=held_model_calls
+    )
 
 
 class AlreadyApplied(Exception):
@@ -105,7 +108,7 @@ class RunUnit:
         if missing:
             await store.insert_pools(conn, tenant, missing)
         pools: dict[PoolKey, PoolBalance] = {}
-        other: Mapping[PoolKey, Mapping[Dimension, int]] = {}
+        other: Mapping[PoolKey, tuple[Mapping[Dimension, int], int]] = {}
         expired: list[ReservationRecord] = []
         if locked.run.pools:  # holds can only draw on pools the run was opened with
             pools = await store.lock_pools(
@@ -113,7 +116,14 @@ class RunUnit:
             )
         if locked.has_overdue or pools:
             expired, other = await store.expire_overdue(conn, tenant, run_id, list(pools))
-        pools = {k: replace(p, overdue=amounts(other.get(k))) for k, p in pools.items()}
+        pools = {
+            k: replace(
+                p,
+                overdue=amounts(other[k][0] if k in other else None),
+                overdue_model_calls=other[k][1] if k in other else 0,
+            )
+            for k, p in pools.items()
+        }
         changes = RunChanges(request_id=request_id)
         unit = cls(tenant, locked.run, locked.now, configs, current, pools, changes, [])
         for reservation in expired:  # already marked expired by the statement above
@@ -126,25 +136,20 @@ class RunUnit:
         advisory = host_advisory or self.run.scope_advisory
         return Enforcement.ADVISORY if advisory else Enforcement.HARD
 
-    def judged(self) -> Balances:
-        """The run and the current window of every pool, as a decision sees them."""
-        found: dict[BalanceRef, Mapping[Dimension, Balance]] = {RUN_BALANCE: self.run.balances()}
-        for ref, key in self.current.items():
-            found[ref] = self.pools[key].judged(self.configs[ref].limits)
-        return found
-
     def statuses(self) -> list[DimensionStatus]:
-        judged = self.judged()
-        found = run_statuses(self.run, judged[RUN_BALANCE])
+        """The run and the current window of every pool (with its model calls)."""
+        found = run_statuses(self.run, self.run.balances())
         for ref in sorted(self.current, key=lambda r: r.sort_key):
-            end = window_end(self.configs[ref].window, self.current[ref].window_start)
-            found += pool_statuses(ref, judged[ref], end)
+            config, key = self.configs[ref], self.current[ref]
+            end = window_end(config.window, key.window_start)
+            reported = self.pools[key].reported(config.limits, config.max_model_calls)
+            found += pool_statuses(ref, reported, end)
         return found
 
     # --- changing -------------------------------------------------------------------------
 
-    def _pool_delta(self, keys: Sequence[PoolKey], reservation: Amounts) -> None:
-        for key in keys:
+    def _pool_delta(self, reservation: ReservationRecord) -> None:
+        for key in reservation.pools:
             if key in self.pools:  # rows of a deleted pool were still locked via the hold
                 self.pools[key] = _release_on_pool(self.pools[key], reservation)
                 self.changes.pools[key] = self.pools[key]
@@ -159,9 +164,13 @@ class RunUnit:
         """Release or expiry: the hold stops counting on the run and on its pools."""
         run_after = settle_reservation(self.run.balances(), reservation.granted)
         self.run = replace(self.run, held={d: b.held for d, b in run_after.items()})
-        self._pool_delta(reservation.pools, reservation.granted)
+        self._pool_delta(reservation)
         self._ledger(
-            decision, reservation, held=add({}, reservation.granted, -1), pools=reservation.pools
+            decision,
+            reservation,
+            held=add({}, reservation.granted, -1),
+            pools=reservation.pools,
+            held_model_calls=-reservation.model_calls,
         )
         if mark:
             self.changes.ended[reservation.reservation_id] = state
@@ -209,6 +218,7 @@ class RunUnit:
         held: Amounts,
         pools: Sequence[PoolKey],
         reason: str | None = None,
+        held_model_calls: int = 0,
     ) -> None:
         self.changes.ledger.append(
             LedgerEntry(
@@ -219,6 +229,7 @@ class RunUnit:
                 model=reservation.model,
                 held=amounts(held),
                 pools=tuple(pools),
+                held_model_calls=held_model_calls,
             )
         )
 

@@ -105,6 +105,7 @@ class Transactions:
         for pool in sorted(snapshot.pools, key=lambda p: p.balance.key.ref.sort_key):
             key = pool.balance.key
             end = window_end(pool.budget.window, key.window_start)
-            statuses += pool_statuses(key.ref, pool.balance.judged(pool.budget.policy), end)
+            reported = pool.balance.reported(pool.budget.policy, pool.budget.max_model_calls)
+            statuses += pool_statuses(key.ref, reported, end)
         advisory = self.enforcement(run.scope_advisory) is Enforcement.ADVISORY
         return RunView(run, statuses, advisory)

@@ -4,7 +4,6 @@ no run fails; the tenant stream shows the pool's threshold and exhaustion once e
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 
@@ -13,33 +12,10 @@ import grpc
 from google.rpc import error_details_pb2
 
 from ration.budget.v1 import budget_pb2 as pb
-from tests.support.budget import Budget
+from tests.support.budget import Budget, pool_events
 from tests.support.errors import rpc_error
 
-READ_TIMEOUT = 20  # a bound on a hang, not a speed assertion
 RUNS = [f"run-{i}" for i in range(10)]
-
-
-async def pool_events(budget: Budget, count: int) -> list[pb.WatchTenantEventsResponse]:
-    request = pb.WatchTenantEventsRequest(
-        filter=pb.TenantEventFilter(
-            event_types=[
-                pb.RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED,
-                pb.RUN_EVENT_TYPE_BUDGET_EXHAUSTED,
-            ]
-        )
-    )
-    stream = budget.stub.WatchTenantEvents(request, metadata=budget.metadata)
-    found: list[pb.WatchTenantEventsResponse] = []
-    try:
-        while len(found) < count:
-            reply = await asyncio.wait_for(stream.read(), READ_TIMEOUT)
-            assert reply is not grpc.aio.EOF
-            if reply.HasField("event"):
-                found.append(reply)
-    finally:
-        stream.cancel()
-    return found
 
 
 async def test_a_spent_day_pool_refuses_every_run_until_midnight_and_none_fails(

@@ -87,6 +87,8 @@ def note(text: str) -> None:
 
 
 Limits = tuple[int | None, int | None, int | None, int | None]
+# A pooled budget: its window, limits, enforcement and max_model_calls.
+PoolSpec = tuple[Window, Limits, Enforcement, int | None]
 
 # The engine of issue #13 (budget.decide_v1 behind budget_service/store/decisions.py): where it
 # is present, batches of several items go to it directly and are compared item by item with
@@ -231,7 +233,11 @@ async def db_state(conn: asyncpg.Connection, tenant: str) -> dict[str, Any]:
         for r in await conn.fetch("SELECT * FROM budget.runs WHERE tenant_id = $1", tenant)
     }
     pools = {
-        (r["scope"], r["scope_id"], r["window_start"]): (_quad(r, "consumed"), _quad(r, "held"))
+        (r["scope"], r["scope_id"], r["window_start"]): (
+            _quad(r, "consumed"),
+            _quad(r, "held"),
+            (r["consumed_model_calls"], r["held_model_calls"]),
+        )
         for r in await conn.fetch("SELECT * FROM budget.pool_balances WHERE tenant_id = $1", tenant)
     }
     holds = {
@@ -239,6 +245,7 @@ async def db_state(conn: asyncpg.Connection, tenant: str) -> dict[str, Any]:
             "model": r["model"],
             "requested": _quad(r, "requested"),
             "granted": _quad(r, "granted"),
+            "model_calls": r["granted_model_calls"],
             "state": r["state"],
             "pools": tuple(
                 zip(r["pool_scopes"], r["pool_scope_ids"], r["pool_windows"], strict=True)
@@ -264,6 +271,7 @@ async def db_state(conn: asyncpg.Connection, tenant: str) -> dict[str, Any]:
                 "policy_version": r["policy_version"],
                 "consumed": _quad(r, "consumed"),
                 "held": _quad(r, "held"),
+                "model_calls": (r["consumed_model_calls"], r["held_model_calls"]),
                 "pools": _sorted_pools(
                     [
                         (p["scope"], p["scope_id"], datetime.fromisoformat(p["window_start"]))
@@ -328,7 +336,11 @@ def oracle_state(oracle: BudgetOracle) -> dict[str, Any]:
             "pools": sorted((p.scope.value, p.scope_id) for p in run.pools),
         }
     pools = {
-        _pool_tuple(k): (model.quad(row.consumed), model.quad(row.held))
+        _pool_tuple(k): (
+            model.quad(row.consumed),
+            model.quad(row.held),
+            (row.consumed_model_calls, row.held_model_calls),
+        )
         for k, row in oracle.pool_rows.items()
     }
     holds = {
@@ -336,6 +348,7 @@ def oracle_state(oracle: BudgetOracle) -> dict[str, Any]:
             "model": h.model,
             "requested": model.quad(h.requested),
             "granted": model.quad(h.granted),
+            "model_calls": h.model_calls,
             "state": h.state.value,
             "pools": tuple(_pool_tuple(k) for k in h.pools),
             "policy_version": h.policy_version,
@@ -356,6 +369,7 @@ def oracle_state(oracle: BudgetOracle) -> dict[str, Any]:
                 "policy_version": row.policy_version,
                 "consumed": row.consumed,
                 "held": row.held,
+                "model_calls": (row.consumed_model_calls, row.held_model_calls),
                 "pools": _sorted_pools([_pool_tuple(k) for k in row.pools]),
                 "detail": _detail(row.decision, json.loads(json.dumps(row.detail))),
             }
@@ -705,11 +719,17 @@ class Example:
             )
         self.oracle.shift_windows(1)
 
-    async def repool(self, index: int, limits: Limits) -> None:
+    async def repool(self, index: int, limits: Limits, model_calls: int | None) -> None:
         """An operator changes a pooled budget's limits: they bind live."""
         old = self.pools[index % len(self.pools)]
         budget = ScopeBudget(
-            old.scope, old.scope_id, old.kind, limits_policy(limits), old.window, old.enforcement
+            old.scope,
+            old.scope_id,
+            old.kind,
+            limits_policy(limits),
+            old.window,
+            old.enforcement,
+            max_model_calls=model_calls,
         )
         self.pools[index % len(self.pools)] = budget
         await put_scope_budget(self, budget)
@@ -734,6 +754,7 @@ _pool_limits = st.tuples(
     st.sampled_from([None, 1, 3, 6]),
     st.none(),
 )
+_model_calls_limit = st.sampled_from([None, None, None, 0, 1, 2, 4])
 _run_policies = st.builds(
     lambda limits, allow, deny, threshold, on_exhaustion: limits_policy(
         limits,
@@ -753,6 +774,7 @@ _pool_specs = st.lists(
         st.sampled_from([Window.NONE, Window.DAY]),
         _pool_limits,
         st.sampled_from([Enforcement.HARD] * 5 + [Enforcement.ADVISORY]),
+        _model_calls_limit,
     ),
     min_size=1,
     max_size=2,
@@ -793,7 +815,9 @@ _OP_STRATEGIES: dict[str, st.SearchStrategy[tuple[Any, ...]]] = {
     "resume": st.tuples(st.just("resume"), st.integers(min_value=0, max_value=4), _amounts),
     "close": st.tuples(st.just("close"), _run, st.sampled_from(list(RunOutcome))),
     "missing": st.tuples(st.just("missing"), _amounts),
-    "repool": st.tuples(st.just("repool"), st.integers(min_value=0, max_value=1), _pool_limits),
+    "repool": st.tuples(
+        st.just("repool"), st.integers(min_value=0, max_value=1), _pool_limits, _model_calls_limit
+    ),
 }
 # A batch of the engine: calls of the kinds above, twins and reused ids of earlier items of the
 # same batch, and Consume or Release of a hold reserved earlier in the batch.
@@ -855,7 +879,7 @@ def _model_for(name: str, values: Quad) -> str:
 
 async def _setup(
     example: Example,
-    pool_specs: list[tuple[Window, Limits, Enforcement]],
+    pool_specs: list[PoolSpec],
     workflow_cap: Limits | None,
     run_specs: list[tuple[BudgetPolicy, int, bool]],
     agent_first: bool,
@@ -865,9 +889,16 @@ async def _setup(
     owners = [(Scope.PROJECT, PROJECT), (Scope.AGENT, AGENTS[0])]
     if agent_first:
         owners.reverse()
-    for (scope, scope_id), (window, limits, enforcement) in zip(owners, pool_specs, strict=False):
+    for (scope, scope_id), spec in zip(owners, pool_specs, strict=False):
+        window, limits, enforcement, model_calls = spec
         budget = ScopeBudget(
-            scope, scope_id, ScopeBudgetKind.POOLED, limits_policy(limits), window, enforcement
+            scope,
+            scope_id,
+            ScopeBudgetKind.POOLED,
+            limits_policy(limits),
+            window,
+            enforcement,
+            max_model_calls=model_calls,
         )
         example.pools.append(budget)
         await put_scope_budget(example, budget)
@@ -1033,7 +1064,7 @@ async def test_the_service_decides_like_the_reference_model(
     harness: Harness,
     host_advisory: bool,
     ceiling: int | None,
-    pool_specs: list[tuple[Window, Limits, Enforcement]],
+    pool_specs: list[PoolSpec],
     workflow_cap: Limits | None,
     run_specs: list[tuple[BudgetPolicy, int, bool]],
     agent_first: bool,
@@ -1048,7 +1079,7 @@ async def run_example(
     harness: Harness,
     host_advisory: bool,
     ceiling: int | None,
-    pool_specs: list[tuple[Window, Limits, Enforcement]],
+    pool_specs: list[PoolSpec],
     workflow_cap: Limits | None,
     run_specs: list[tuple[BudgetPolicy, int, bool]],
     agent_first: bool,
@@ -1072,7 +1103,7 @@ async def run_example(
         elif kind == "new_day":
             await example.new_day()
         elif kind == "repool":
-            await example.repool(op[1], op[2])
+            await example.repool(op[1], op[2], op[3])
         elif kind == "batch":
             calls = _batch_calls(example, op[1])
             if DECISIONS is not None and len(calls) > 1:
@@ -1141,8 +1172,26 @@ _SCENARIOS: dict[str, list[tuple[Any, ...]]] = {
 }
 
 
+# Scenarios whose pool also bounds model calls.
+_SCENARIO_MODEL_CALLS = {"model calls per window": 2}
+_SCENARIOS["model calls per window"] = [
+    _RESERVE,
+    ("reserve", 1, (0, 0, 1, 0), False, "", 0),  # a tool call: no model call
+    ("reserve", 1, (5, 0, 0, 0), False, "gpt-4o", 0),
+    ("reserve", 0, (5, 0, 0, 0), False, "gpt-4o", 0),  # held: 2 of 2 model calls
+    ("release", 0, False),
+    ("consume", 2, (0, 0, 1, 0), "", False),  # settling a model call's hold records it
+    ("unreserved", 0, (1, 0, 0, 0), "gpt-4o"),
+    ("reserve", 0, (5, 0, 0, 0), False, "gpt-4o", 0),  # exhausted: 2 of 2 consumed
+    ("check", 1, (1, 0, 0, 0), "gpt-4o"),
+    ("expire", 1, True),
+    ("new_day",),
+    ("reserve", 1, (5, 0, 0, 0), False, "gpt-4o", 0),
+]
+
+
 @pytest.mark.parametrize("name", list(_SCENARIOS))
 async def test_named_cases(harness: Harness, name: str) -> None:
-    pool = (Window.DAY, (60, None, None, None), Enforcement.HARD)
+    pool = (Window.DAY, (60, None, None, None), Enforcement.HARD, _SCENARIO_MODEL_CALLS.get(name))
     runs = [(_POLICY, 1, False), (_POLICY, 2, True)]
     await run_example(harness, False, None, [pool], None, runs, False, _SCENARIOS[name])

@@ -18,6 +18,8 @@ from tests.support.manifests import materialise
 
 # Column suffixes of the four budget dimensions, and their names in ledger `resume` details.
 SUFFIXES = ("tokens", "cost_nanos", "tool_calls", "retries")
+# Pools (and the holds and ledger rows on them) also count model calls; runs never do.
+POOL_SUFFIXES = (*SUFFIXES, "model_calls")
 DIMENSION_NAMES = {
     "tokens": "tokens",
     "cost": "cost_nanos",
@@ -49,10 +51,16 @@ async def assert_ledger_matches_balances(db: asyncpg.Connection) -> None:
             assert (totals[f"c_{s}"] or 0) == run[f"consumed_{s}"], (run["run_id"], s)
             assert (totals[f"h_{s}"] or 0) == run[f"held_{s}"], (run["run_id"], s)
             assert reservations[f"g_{s}"] == run[f"held_{s}"], (run["run_id"], s)
+    pool_suffixes = POOL_SUFFIXES
+    pool_cols = ", ".join(
+        f"sum(consumed_{s}) AS c_{s}, sum(held_{s}) AS h_{s}" for s in pool_suffixes
+    )
+    open_sums = ", ".join(f"coalesce(sum(h.granted_{s}), 0) AS g_{s}" for s in pool_suffixes)
     pools = await db.fetch("SELECT * FROM budget.pool_balances")
     for pool in pools:
         totals = await db.fetchrow(
-            f"SELECT {cols} FROM budget.ledger l WHERE l.tenant_id = $1 AND l.pools @> $2::jsonb",
+            f"SELECT {pool_cols} FROM budget.ledger l"
+            " WHERE l.tenant_id = $1 AND l.pools @> $2::jsonb",
             pool["tenant_id"],
             json.dumps(
                 [
@@ -64,14 +72,26 @@ async def assert_ledger_matches_balances(db: asyncpg.Connection) -> None:
                 ]
             ),
         )
-        for s in suffixes:
+        # A pool's held is its open holds (those past expiry too, until they are marked).
+        holding = await db.fetchrow(
+            f"SELECT {open_sums} FROM budget.holds h,"
+            " unnest(h.pool_scopes, h.pool_scope_ids, h.pool_windows) AS k(scope, id, w)"
+            " WHERE h.tenant_id = $1 AND h.state = 'open'"
+            " AND k.scope = $2 AND k.id = $3 AND k.w = $4",
+            pool["tenant_id"],
+            pool["scope"],
+            pool["scope_id"],
+            pool["window_start"],
+        )
+        for s in pool_suffixes:
             assert (totals[f"c_{s}"] or 0) == pool[f"consumed_{s}"], (pool["scope_id"], s)
             assert (totals[f"h_{s}"] or 0) == pool[f"held_{s}"], (pool["scope_id"], s)
+            assert holding[f"g_{s}"] == pool[f"held_{s}"], (pool["scope_id"], s)
     twice = await db.fetchval(
         "SELECT count(*) FROM (SELECT reservation_id FROM budget.ledger"
         " WHERE decision IN ('consume', 'release', 'expire') AND reservation_id IS NOT NULL"
         " AND (held_tokens < 0 OR held_cost_nanos < 0 OR held_tool_calls < 0"
-        " OR held_retries < 0 OR decision <> 'consume')"
+        " OR held_retries < 0 OR held_model_calls < 0 OR decision <> 'consume')"
         " GROUP BY tenant_id, run_id, reservation_id HAVING count(*) > 1) t"
     )
     assert twice == 0, "a hold ended more than once"
@@ -85,7 +105,7 @@ class _Balance:
     """One run or pool row while the ledger is replayed."""
 
     limits: dict[str, int | None]
-    consumed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(SUFFIXES, 0))
+    consumed: dict[str, int] = field(default_factory=lambda: dict.fromkeys(POOL_SUFFIXES, 0))
     open_reservations: dict[str, tuple[dict[str, int], datetime]] = field(default_factory=dict)
 
 
@@ -137,7 +157,7 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
     }
     ledger = await conn.fetch("SELECT * FROM budget.ledger ORDER BY entry_id")
     scope_limits = {
-        (s["tenant_id"], s["scope"], s["scope_id"]): {x: s[f"max_{x}"] for x in SUFFIXES}
+        (s["tenant_id"], s["scope"], s["scope_id"]): {x: s[f"max_{x}"] for x in POOL_SUFFIXES}
         for s in await conn.fetch("SELECT * FROM budget.scope_budgets WHERE kind = 'pooled'")
     }
 
@@ -150,9 +170,9 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
         if row["decision"] == "grant":
             grants[key] += 1
             reservation = reservations[key]
-            assert all(row[f"held_{s}"] == reservation[f"granted_{s}"] for s in SUFFIXES), key
+            assert all(row[f"held_{s}"] == reservation[f"granted_{s}"] for s in POOL_SUFFIXES), key
         elif row["decision"] in ("consume", "release", "expire") and any(
-            row[f"held_{s}"] < 0 for s in SUFFIXES
+            row[f"held_{s}"] < 0 for s in POOL_SUFFIXES
         ):
             ends[key].append(row["decision"])
     ending = {"consumed": "consume", "released": "release", "expired": "expire"}
@@ -200,17 +220,17 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
             (("run", tenant, run_id), limit_then.get(row["entry_id"], {}))
         ]
         for scope, scope_id, window in _pool_keys(row["pools"]):
-            limits = scope_limits.get((tenant, scope, scope_id), dict.fromkeys(SUFFIXES))
+            limits = scope_limits.get((tenant, scope, scope_id), dict.fromkeys(POOL_SUFFIXES))
             keys.append((("pool", tenant, scope, scope_id, window), limits))
         reservation_key = (tenant, run_id, row["reservation_id"])
         for key, limits in keys:
             b = balance(key, limits)
             if row["decision"] == "grant":
                 reservation = reservations[reservation_key]
-                granted = {s: reservation[f"granted_{s}"] for s in SUFFIXES}
+                granted = {s: reservation[f"granted_{s}"] for s in POOL_SUFFIXES}
                 if not run["scope_advisory"]:
                     now = reservation["created_at"]
-                    for s in SUFFIXES:
+                    for s in POOL_SUFFIXES:  # a run's limits have no model_calls
                         limit = limits.get(s)
                         # A grant adds nothing to a dimension it holds none of (an earlier
                         # overrun may have left that one over already: recorded usage).
@@ -227,9 +247,11 @@ async def _audit_budget(conn: asyncpg.Connection) -> dict[str, int]:
                         )
                     checked += 1
                 b.open_reservations[row["reservation_id"]] = (granted, reservation["expires_at"])
-            elif row["reservation_id"] is not None and any(row[f"held_{s}"] < 0 for s in SUFFIXES):
+            elif row["reservation_id"] is not None and any(
+                row[f"held_{s}"] < 0 for s in POOL_SUFFIXES
+            ):
                 b.open_reservations.pop(row["reservation_id"], None)
-            for s in SUFFIXES:
+            for s in POOL_SUFFIXES:
                 b.consumed[s] += row[f"consumed_{s}"]
     return {
         "runs": len(runs),

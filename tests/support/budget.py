@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import uuid
@@ -17,6 +18,7 @@ from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
 
 USD = 10**9
+READ_TIMEOUT = 20  # a bound on a hang, not a speed assertion
 BUDGET_TABLES = (
     "runs",
     "scope_budgets",
@@ -154,6 +156,7 @@ class Budget:
         window: pb.Window = pb.WINDOW_UNSPECIFIED,
         enforcement: pb.Enforcement = pb.ENFORCEMENT_UNSPECIFIED,
         model_match: str = "",
+        max_model_calls: int | None = None,
         **policy_fields: Any,
     ) -> pb.ScopeBudget:
         budget = pb.ScopeBudget(
@@ -164,6 +167,7 @@ class Budget:
             window=window,
             enforcement=enforcement,
             model_match=model_match,
+            max_model_calls=max_model_calls,
         )
         reply = await self.stub.PutScopeBudget(
             pb.PutScopeBudgetRequest(request_id=new_id(), budget=budget), metadata=self.metadata
@@ -221,3 +225,26 @@ def as_dict(message: Any) -> Mapping[str, Any]:
     from google.protobuf.json_format import MessageToDict
 
     return MessageToDict(message, preserving_proto_field_name=True)
+
+
+async def pool_events(budget: Budget, count: int) -> list[pb.WatchTenantEventsResponse]:
+    """The first `count` threshold and exhaustion events of the tenant stream (a pool's own)."""
+    request = pb.WatchTenantEventsRequest(
+        filter=pb.TenantEventFilter(
+            event_types=[
+                pb.RUN_EVENT_TYPE_BUDGET_THRESHOLD_CROSSED,
+                pb.RUN_EVENT_TYPE_BUDGET_EXHAUSTED,
+            ]
+        )
+    )
+    stream = budget.stub.WatchTenantEvents(request, metadata=budget.metadata)
+    found: list[pb.WatchTenantEventsResponse] = []
+    try:
+        while len(found) < count:
+            reply = await asyncio.wait_for(stream.read(), READ_TIMEOUT)
+            assert reply is not grpc.aio.EOF
+            if reply.HasField("event"):
+                found.append(reply)
+    finally:
+        stream.cancel()
+    return found

@@ -27,6 +27,7 @@ from budget_service.domain.commands import ConsumeResult, ReserveResult
 from budget_service.domain.policy import (
     HOST,
     MAX_TOTAL,
+    AnyDimension,
     BudgetPolicy,
     Dimension,
     EffectiveBudget,
@@ -34,6 +35,7 @@ from budget_service.domain.policy import (
     HostCeilings,
     ModelVerdict,
     OnExhaustion,
+    PoolDimension,
     Scope,
     ScopeBudget,
     ScopeBudgetKind,
@@ -56,7 +58,6 @@ from budget_service.domain.run_state import (
     Amounts,
     Balance,
     BalanceRef,
-    Balances,
     Breach,
     Contention,
     ReservationState,
@@ -68,6 +69,10 @@ from budget_service.domain.run_state import (
 from budget_service.store import stored_replies as replies
 
 DIMENSIONS = tuple(Dimension)
+# A pool's own dimension: a Reserve or Check naming a model asks for one model call, which
+# every pool it draws on holds (and judges when it bounds them); a run never counts them.
+MODEL_CALLS = PoolDimension.MODEL_CALLS
+ALL_DIMENSIONS: tuple[AnyDimension, ...] = (*DIMENSIONS, MODEL_CALLS)
 Quad = tuple[int, int, int, int]
 ZERO4: Quad = (0, 0, 0, 0)
 # UP_TO may shrink these to what is left; a tool call or a retry is indivisible.
@@ -75,6 +80,10 @@ PARTIAL_DIMENSIONS = frozenset({Dimension.TOKENS, Dimension.COST})
 # The budget refusals that advisory mode reports instead of enforcing.
 BUDGET_REASONS = frozenset({"BUDGET_MODEL_DENIED", "BUDGET_EXHAUSTED", "BUDGET_HELD"})
 Refusal = dict[str, str]
+# Balances and amounts keyed by the four dimensions, and on pools by MODEL_CALLS too (Any keys:
+# a Mapping is invariant in its key type, and the rules take either).
+Judged = Mapping[BalanceRef, Mapping[Any, Balance]]
+Asked = Mapping[Any, int]
 
 
 class Invalid(Exception):
@@ -108,9 +117,10 @@ def negated(values: Mapping[Dimension, int] | None) -> dict[Dimension, int]:
 # --- the decision rules -------------------------------------------------------------------
 
 
-def ensure_total_fits(total: int, dimension: Dimension, request_field: str) -> None:
+def ensure_total_fits(total: int, dimension: AnyDimension, request_field: str) -> None:
     if total > MAX_TOTAL:
-        raise Invalid(f"{request_field}.{dimension.field_name}")
+        name = dimension.field_name if isinstance(dimension, Dimension) else "model_calls"
+        raise Invalid(f"{request_field}.{name}")
 
 
 def threshold_reached(consumed: int, limit: int, percent: int) -> bool:
@@ -122,7 +132,7 @@ def threshold_reached(consumed: int, limit: int, percent: int) -> bool:
 class ReserveDecision:
     """`granted` is what to hold on every balance; empty when refused (hard mode only)."""
 
-    granted: Mapping[Dimension, int]
+    granted: Asked
     breach: Breach | None = None
     contention: Contention | None = None
     enforcement: Enforcement = Enforcement.HARD
@@ -136,12 +146,12 @@ class ReserveDecision:
         return self.would_refuse and self.enforcement is Enforcement.HARD
 
 
-def _get(balances: Mapping[Dimension, Balance], dimension: Dimension) -> Balance:
+def _get(balances: Mapping[Any, Balance], dimension: AnyDimension) -> Balance:
     # A dimension a balance does not mention is unbounded there; holds still count on it.
     return balances.get(dimension, Balance(None))
 
 
-def _fit(balance: Balance, dimension: Dimension, amount: int, mode: ReserveMode) -> str | None:
+def _fit(balance: Balance, dimension: AnyDimension, amount: int, mode: ReserveMode) -> str | None:
     if balance.limit is None:
         return None
     # UP_TO asks for "at least one unit, at most the estimate": only a spent balance is a
@@ -155,8 +165,8 @@ def _fit(balance: Balance, dimension: Dimension, amount: int, mode: ReserveMode)
 
 
 def decide_reserve(
-    balances: Balances,
-    estimate: Amounts,
+    balances: Judged,
+    estimate: Asked,
     mode: ReserveMode = ReserveMode.ALL_OR_NOTHING,
     enforcement: Enforcement = Enforcement.HARD,
 ) -> ReserveDecision:
@@ -166,12 +176,14 @@ def decide_reserve(
     anywhere outranks any contention. Zero amounts are not requests and are not checked.
     Advisory mode grants the full estimate and reports what hard mode would have refused.
     """
-    requested = {d: estimate[d] for d in DIMENSIONS if estimate.get(d, 0) > 0}
+    requested = {d: estimate[d] for d in ALL_DIMENSIONS if estimate.get(d, 0) > 0}
     ordered = sorted(balances.items(), key=lambda item: item[0].sort_key)
     breach: Breach | None = None
     contention: Contention | None = None
     for ref, dims in ordered:
         for d, amount in requested.items():
+            if d is MODEL_CALLS and ref == RUN_BALANCE:
+                continue  # model calls are a pool's dimension only
             b = _get(dims, d)
             if b.limit is None:  # a bounded balance never holds past its limit
                 ensure_total_fits(b.held + amount, d, "estimate")
@@ -264,6 +276,7 @@ def apply_reserve_breach(
     d, hard = breach.dimension, enforcement is Enforcement.HARD
     assert hard, "advisory mode emits nothing for a would-be refusal"
     assert breach.balance.scope is Scope.RUN, "a pool that cannot fit refuses the call only"
+    assert isinstance(d, Dimension), "a run never bounds model calls"
     events: list[ev.BudgetEvent] = []
     if d not in status.exhausted:
         events.append(ev.BudgetExhausted(d, breach.consumed, breach.limit))
@@ -498,6 +511,7 @@ class Hold:
     created_at: datetime
     expires_at: datetime
     policy_version: int
+    model_calls: int = 0  # held on each of its pools
 
     def record(self) -> ReservationRecord:
         return ReservationRecord(
@@ -510,6 +524,7 @@ class Hold:
             self.pools,
             self.created_at,
             self.expires_at,
+            self.model_calls,
         )
 
 
@@ -517,6 +532,8 @@ class Hold:
 class PoolRow:
     consumed: dict[Dimension, int] = field(default_factory=amounts)
     held: dict[Dimension, int] = field(default_factory=amounts)
+    consumed_model_calls: int = 0
+    held_model_calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -532,6 +549,8 @@ class LedgerRow:
     held: Quad = ZERO4
     pools: tuple[PoolKey, ...] = ()
     detail: Mapping[str, Any] | None = None
+    consumed_model_calls: int = 0  # what the row moves on its pools
+    held_model_calls: int = 0
 
 
 @dataclass(frozen=True)
@@ -600,12 +619,14 @@ class BudgetOracle:
                 found[ref] = PoolKey(ref, window_start(config.window, now))
         return found
 
-    def overdue_on(self, key: PoolKey, now: datetime) -> dict[Dimension, int]:
+    def overdue_on(self, key: PoolKey, now: datetime) -> dict[AnyDimension, int]:
         """What open holds past their expiry still hold on a pool row (they no longer count)."""
-        total = amounts()
+        total: dict[AnyDimension, int] = {d: 0 for d in ALL_DIMENSIONS}
         for hold in self.holds.values():
             if hold.state is ReservationState.OPEN and hold.expires_at <= now and key in hold.pools:
-                total = {d: total[d] + hold.granted[d] for d in DIMENSIONS}
+                for d in DIMENSIONS:
+                    total[d] += hold.granted[d]
+                total[MODEL_CALLS] += hold.model_calls
         return total
 
     def overdue_of(self, run_id: str, now: datetime) -> list[Hold]:
@@ -628,23 +649,32 @@ class BudgetOracle:
             key=lambda h: (h.created_at, h.reservation_id),
         )
 
-    def judged(self, run: RunRecord, now: datetime, own_overdue: bool = False) -> Balances:
+    def judged(self, run: RunRecord, now: datetime, own_overdue: bool = False) -> Judged:
         """The run and the current window of every pool as a decision sees them: overdue holds
         (of any run) do not count. `own_overdue`: the run's own may still be open (Check)."""
         overdue = amounts()
         if own_overdue:
             for h in self.overdue_of(run.run_id, now):
                 overdue = {d: overdue[d] + h.granted[d] for d in DIMENSIONS}
-        found: dict[BalanceRef, Mapping[Dimension, Balance]] = {RUN_BALANCE: run.balances(overdue)}
+        own: dict[AnyDimension, Balance] = {d: b for d, b in run.balances(overdue).items()}
+        found: dict[BalanceRef, Mapping[AnyDimension, Balance]] = {RUN_BALANCE: own}
         for ref, key in self.current_pools(run, now).items():
             config = self._config(ref)
             assert config is not None
             row = self.pool_rows.get(key, PoolRow())
-            late = self.overdue_on(key, now) if key in self.pool_rows else amounts()
-            found[ref] = {
-                d: Balance(config.policy.limit(d), row.consumed[d], row.held[d] - late[d])
+            late = self.overdue_on(key, now) if key in self.pool_rows else None
+            pool: dict[AnyDimension, Balance] = {
+                d: Balance(
+                    config.policy.limit(d), row.consumed[d], row.held[d] - (late or {}).get(d, 0)
+                )
                 for d in DIMENSIONS
             }
+            pool[MODEL_CALLS] = Balance(
+                config.max_model_calls,
+                row.consumed_model_calls,
+                row.held_model_calls - (late or {}).get(MODEL_CALLS, 0),
+            )
+            found[ref] = pool
         return found
 
     def statuses(
@@ -750,6 +780,8 @@ class BudgetOracle:
         held: Mapping[Dimension, int] | None = None,
         pools: Sequence[PoolKey] = (),
         detail: Mapping[str, Any] | None = None,
+        consumed_model_calls: int = 0,
+        held_model_calls: int = 0,
     ) -> None:
         self.ledger.append(
             LedgerRow(
@@ -764,6 +796,8 @@ class BudgetOracle:
                 quad(held),
                 tuple(pools),
                 detail,
+                consumed_model_calls,
+                held_model_calls,
             )
         )
 
@@ -794,7 +828,7 @@ class BudgetOracle:
         for key in hold.pools:
             row = self.pool_rows.get(key)
             if row is not None:
-                self.pool_rows[key] = self._settle_pool(row, hold.granted, None)
+                self.pool_rows[key] = self._settle_pool(row, hold, None, 0)
         self._ledger(
             run,
             request_id,
@@ -803,18 +837,36 @@ class BudgetOracle:
             model=hold.model,
             held=negated(hold.granted),
             pools=hold.pools,
+            held_model_calls=-hold.model_calls,
         )
         hold.state = state
 
     @staticmethod
-    def _settle_pool(row: PoolRow, reservation: Amounts | None, usage: Amounts | None) -> PoolRow:
+    def _settle_pool(
+        row: PoolRow, hold: Hold | None, usage: Amounts | None, model_calls: int
+    ) -> PoolRow:
+        """Usage (and `model_calls` recorded) on a pool row; the settled hold stops counting."""
         before = {d: Balance(None, row.consumed[d], row.held[d]) for d in DIMENSIONS}
-        after = settle_reservation(before, reservation, usage)
+        after = settle_reservation(before, hold.granted if hold else None, usage)
+        held_model_calls = row.held_model_calls - (hold.model_calls if hold else 0)
+        if held_model_calls < 0:
+            raise ValueError("settling a model call the pool does not hold")
         return PoolRow(
-            {d: b.consumed for d, b in after.items()}, {d: b.held for d, b in after.items()}
+            {d: b.consumed for d, b in after.items()},
+            {d: b.held for d, b in after.items()},
+            row.consumed_model_calls + model_calls,
+            held_model_calls,
         )
 
     # --- Reserve, Consume and Release: decide_v1 ------------------------------------------
+
+    @staticmethod
+    def _asked(estimate: Amounts, model: str) -> dict[AnyDimension, int]:
+        """What a Reserve or Check asks of its balances: the estimate, and one model call
+        when it names a model (a tool call or retry without one is no model call)."""
+        asked: dict[AnyDimension, int] = {d: estimate.get(d, 0) for d in DIMENSIONS}
+        asked[MODEL_CALLS] = 1 if model else 0
+        return asked
 
     def reserve(self, item: Item, now: datetime, host_advisory: bool | None = None) -> Answer:
         assert item.kind == "reserve"
@@ -911,7 +963,9 @@ class BudgetOracle:
             denied = {"model": item.model, "scope": scope.value, "scopeId": run.scope_id(scope)}
             return self._refuse(item, {"reason": "BUDGET_MODEL_DENIED", **denied})
         mode = ReserveMode.UP_TO if item.up_to else ReserveMode.ALL_OR_NOTHING
-        decision = decide_reserve(self.judged(run, now), estimate, mode, enforcement)
+        decision = decide_reserve(
+            self.judged(run, now), self._asked(estimate, item.model), mode, enforcement
+        )
         if decision.breach is not None and hard and decision.breach.balance.scope is not Scope.RUN:
             # A pool that cannot fit refuses; the run lives (no event, no state change).
             return self._refuse(item, exhausted_refusal(decision.breach))
@@ -944,6 +998,7 @@ class BudgetOracle:
             created_at=now,
             expires_at=now + timedelta(seconds=item.ttl_seconds or self.default_ttl_seconds),
             policy_version=run.policy_version,
+            model_calls=decision.granted.get(MODEL_CALLS, 0),
         )
         run = replace(
             run,
@@ -954,6 +1009,7 @@ class BudgetOracle:
         for key in hold.pools:
             row = self.pool_rows[key]
             row.held = {d: row.held[d] + granted[d] for d in DIMENSIONS}
+            row.held_model_calls += hold.model_calls
         self.holds[(run.run_id, hold.reservation_id)] = hold
         self._ledger(
             run,
@@ -964,6 +1020,7 @@ class BudgetOracle:
             model=hold.model,
             held=granted,
             pools=hold.pools,
+            held_model_calls=hold.model_calls,
         )
         result = ReserveResult(hold.record(), self.statuses(run, now), reason)
         return self._done(item.request_id, item.fingerprint, replies.reserve_bytes(result))
@@ -996,8 +1053,11 @@ class BudgetOracle:
         granted = reservation.granted if reservation else None
         outcome = apply_consume(run.balances(), granted, usage, run.budget, run.status, enforcement)
         keys = reservation.pools if reservation else tuple(self.current_pools(run, now).values())
+        # A Consume naming a model records one model call; so does settling a hold that held
+        # one (the call it reserved for), whatever the Consume names.
+        model_calls = max(1 if item.model else 0, reservation.model_calls if reservation else 0)
         pools = {
-            key: self._settle_pool(self.pool_rows[key], granted, usage)
+            key: self._settle_pool(self.pool_rows[key], reservation, usage, model_calls)
             for key in keys
             if key in self.pool_rows
         }
@@ -1021,6 +1081,8 @@ class BudgetOracle:
             consumed=usage,
             held=negated(granted),
             pools=keys,
+            consumed_model_calls=model_calls,
+            held_model_calls=-(reservation.model_calls if reservation else 0),
         )
         if reservation is not None:
             reservation.state = ReservationState.CONSUMED
@@ -1061,7 +1123,7 @@ class BudgetOracle:
         if verdict is not None and verdict.scope is not None:
             verdict = replace(verdict, scope_id=run.scope_id(verdict.scope))
         if state_refusal(run.status) is None and (verdict is None or verdict.allowed):
-            decision = decide_reserve(judged, amounts(estimate))
+            decision = decide_reserve(judged, self._asked(amounts(estimate), model))
             reason = reserve_refusal(run.status, verdict, (decision.breach, decision.contention))
         else:
             reason = reserve_refusal(run.status, verdict, None)

@@ -17,6 +17,7 @@ class Dimension(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DIMENSION_COST: _ClassVar[Dimension]
     DIMENSION_TOOL_CALLS: _ClassVar[Dimension]
     DIMENSION_RETRIES: _ClassVar[Dimension]
+    DIMENSION_MODEL_CALLS: _ClassVar[Dimension]
 
 class OnExhaustion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -107,6 +108,7 @@ DIMENSION_TOKENS: Dimension
 DIMENSION_COST: Dimension
 DIMENSION_TOOL_CALLS: Dimension
 DIMENSION_RETRIES: Dimension
+DIMENSION_MODEL_CALLS: Dimension
 ON_EXHAUSTION_UNSPECIFIED: OnExhaustion
 ON_EXHAUSTION_FAIL: OnExhaustion
 ON_EXHAUSTION_INTERRUPT: OnExhaustion
@@ -299,7 +301,7 @@ class ModelVerdict(_message.Message):
     def __init__(self, allowed: _Optional[bool] = ..., scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ...) -> None: ...
 
 class ScopeBudget(_message.Message):
-    __slots__ = ("scope", "scope_id", "kind", "policy", "window", "enforcement", "version", "updated_at", "model_match")
+    __slots__ = ("scope", "scope_id", "kind", "policy", "window", "enforcement", "version", "updated_at", "model_match", "max_model_calls")
     SCOPE_FIELD_NUMBER: _ClassVar[int]
     SCOPE_ID_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -309,6 +311,7 @@ class ScopeBudget(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     MODEL_MATCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_MODEL_CALLS_FIELD_NUMBER: _ClassVar[int]
     scope: Scope
     scope_id: str
     kind: ScopeBudgetKind
@@ -318,7 +321,8 @@ class ScopeBudget(_message.Message):
     version: int
     updated_at: _timestamp_pb2.Timestamp
     model_match: str
-    def __init__(self, scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ..., kind: _Optional[_Union[ScopeBudgetKind, str]] = ..., policy: _Optional[_Union[BudgetPolicy, _Mapping]] = ..., window: _Optional[_Union[Window, str]] = ..., enforcement: _Optional[_Union[Enforcement, str]] = ..., version: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., model_match: _Optional[str] = ...) -> None: ...
+    max_model_calls: int
+    def __init__(self, scope: _Optional[_Union[Scope, str]] = ..., scope_id: _Optional[str] = ..., kind: _Optional[_Union[ScopeBudgetKind, str]] = ..., policy: _Optional[_Union[BudgetPolicy, _Mapping]] = ..., window: _Optional[_Union[Window, str]] = ..., enforcement: _Optional[_Union[Enforcement, str]] = ..., version: _Optional[int] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., model_match: _Optional[str] = ..., max_model_calls: _Optional[int] = ...) -> None: ...
 
 class PoolBalance(_message.Message):
     __slots__ = ("window_start", "dimensions")

@@ -75,6 +75,7 @@ DIMENSION_TOKENS: _budget_messages_pb2.Dimension
 DIMENSION_COST: _budget_messages_pb2.Dimension
 DIMENSION_TOOL_CALLS: _budget_messages_pb2.Dimension
 DIMENSION_RETRIES: _budget_messages_pb2.Dimension
+DIMENSION_MODEL_CALLS: _budget_messages_pb2.Dimension
 ON_EXHAUSTION_UNSPECIFIED: _budget_messages_pb2.OnExhaustion
 ON_EXHAUSTION_FAIL: _budget_messages_pb2.OnExhaustion
 ON_EXHAUSTION_INTERRUPT: _budget_messages_pb2.OnExhaustion
