@@ -23,7 +23,8 @@ distributed in the same step). Every step is idempotent and looks at the catalog
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import asyncpg
 
@@ -76,11 +77,15 @@ async def distributed(conn: asyncpg.Connection, schemas: Sequence[str]) -> bool:
     return any(t["distributed"] for t in await conn.fetch(_TABLES, list(schemas)))
 
 
-def _order(tables: list[asyncpg.Record]) -> list[asyncpg.Record]:
-    """Referenced tables before the tables referring to them; otherwise by name."""
+Table = Mapping[str, Any]  # a row of _TABLES
+
+
+def distribution_order(tables: Sequence[Table]) -> list[Table]:
+    """Referenced tables before the tables referring to them (Citus distributes a table with a
+    foreign key only after the table it references); otherwise by name."""
     by_name = {t["name"]: t for t in tables}
     done: set[str] = set()
-    ordered: list[asyncpg.Record] = []
+    ordered: list[Table] = []
 
     def visit(name: str, path: tuple[str, ...]) -> None:
         if name in done or name not in by_name or name in path:
@@ -118,7 +123,7 @@ async def distribute(conn: asyncpg.Connection, schemas: Sequence[str]) -> list[s
                 await conn.execute(f"ALTER TABLE {table['name']} SET LOGGED")
                 done.append(f"logged {table['name']}")
         anchor = next((t["name"] for t in tables if t["distributed"] and t["per_tenant"]), None)
-        for table in _order(list(tables)):
+        for table in distribution_order(tables):
             if table["distributed"]:
                 continue
             name = table["name"]
