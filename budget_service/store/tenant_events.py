@@ -82,7 +82,7 @@ _RUNS = "SELECT * FROM budget.runs WHERE tenant_id = $1 AND run_id = ANY($2::tex
 
 # A function of the tenant (migration 0011), so that on Citus it runs where the tenant's
 # events are stamped: the snapshot of the node that holds the tenant's shard.
-_NEXT_TX = "SELECT budget.tenant_next_tx_v1($1)::text"
+_NEXT_TX = "SELECT budget.tenant_next_tx_v1($1)"
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,12 @@ CREATE TRIGGER stamp_tx BEFORE INSERT ON budget.pool_events
 
 -- Where a tenant stream that starts at the latest event starts (store/tenant_events.py): the
 -- snapshot's xmax on the node that stamps the tenant's events. A function of the tenant, so
--- that on Citus it is delegated to that node.
-CREATE FUNCTION budget.tenant_next_tx_v1(p_tenant text) RETURNS xid8
+-- that on Citus it is delegated to that node (Citus delegates only a call standing alone,
+-- `SELECT f(...)`: hence text, so the caller needs no cast around it).
+CREATE FUNCTION budget.tenant_next_tx_v1(p_tenant text) RETURNS text
 LANGUAGE plpgsql STABLE AS $$
 BEGIN
-    RETURN pg_snapshot_xmax(pg_current_snapshot());
+    RETURN pg_snapshot_xmax(pg_current_snapshot())::text;
 END;
 $$;
 
