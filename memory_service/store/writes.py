@@ -83,6 +83,7 @@ CROSS JOIN LATERAL (
 """
 
 # Only the active items that share their content hash with another: dedupe reads no more.
+# Every table names the tenant itself (not through the join), or Citus reads every shard.
 _DUPLICATE_ACTIVE_ITEMS = f"""
 SELECT {_HEAD_ITEM_COLUMNS}
 FROM (
@@ -91,8 +92,7 @@ FROM (
     WHERE tenant_id = $1 AND memory_id = $2 AND to_rev IS NULL AND state = 'active'
 ) i
 JOIN memory.entry_versions v
-  ON v.tenant_id = i.tenant_id AND v.memory_id = i.memory_id
- AND v.entry_version_id = i.entry_version_id
+  ON v.tenant_id = $1 AND v.memory_id = $2 AND v.entry_version_id = i.entry_version_id
 WHERE i.copies > 1
 """
 
