@@ -321,3 +321,25 @@ async def test_the_sweeper_expires_overdue_holds_on_citus(stack: Stack) -> None:
     finally:
         with contextlib.suppress(Exception):
             sweeper.stop()
+
+
+async def test_row_level_security_holds_on_the_workers(stack: Stack) -> None:
+    """The second line of tenant isolation: a statement that names no tenant (here one that
+    scans every shard, allowed again after the sweeper test reset the setting) sees only the
+    tenant its transaction entered, on every worker."""
+    app = await asyncpg.connect(stack.database.app_url)
+    try:
+        async with app.transaction():
+            await app.execute("SET LOCAL ration.tenant_id = 'alpha'")
+            tenants = await app.fetch("SELECT DISTINCT tenant_id FROM memory.memories")
+        async with app.transaction():
+            await app.execute("SET LOCAL ration.tenant_id = 'nobody'")
+            nothing = await app.fetchval("SELECT count(*) FROM memory.memories")
+    finally:
+        await app.close()
+    everything = await _fetch(
+        stack.database.admin_url, "SELECT DISTINCT tenant_id FROM memory.memories"
+    )
+    assert {r["tenant_id"] for r in everything} >= {"alpha", "beta"}  # both wrote memories
+    assert [r["tenant_id"] for r in tenants] == ["alpha"]
+    assert nothing == 0
