@@ -6,6 +6,7 @@ import asyncpg
 import pytest
 
 from servicekit import citus
+from tests.support.citus import URL_VARIABLE, skip_reason
 
 
 async def test_distributing_needs_a_citus_coordinator(db: asyncpg.Connection) -> None:
@@ -13,3 +14,14 @@ async def test_distributing_needs_a_citus_coordinator(db: asyncpg.Connection) ->
     assert not await citus.distributed(db, ["budget", "memory"])
     with pytest.raises(RuntimeError, match="needs a Citus coordinator"):
         await citus.distribute(db, ["budget", "memory"])
+
+
+def test_the_citus_system_tests_skip_plain_postgres_with_the_reason(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(URL_VARIABLE, raising=False)
+    assert skip_reason() == f"{URL_VARIABLE} is not set: no Citus coordinator to test against"
+    monkeypatch.setenv(URL_VARIABLE, database_url)
+    assert skip_reason() == (
+        f"{URL_VARIABLE} is plain PostgreSQL (no citus extension in its database)"
+    )
