@@ -3,22 +3,15 @@ PostgreSQL: the reference for what every RPC answers there."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from servicekit.auth import digest
-from tests.support.citus_memory import SERVICE_ENV, exercise_memory
+from tests.support.citus_memory import SERVICE_ENV, exercise_memory, write_token_file
 from tests.support.servers import StartServer
 
 
 async def test_every_memory_rpc_answers_as_the_exercise_expects(
     start_server: StartServer, tmp_path: Path
 ) -> None:
-    tokens = tmp_path / "tokens.json"
-    rows = [
-        {"sha256": digest("alpha-admin"), "tenant": "alpha", "roles": ["admin"]},
-        {"sha256": digest("beta-admin"), "tenant": "beta", "roles": ["admin"]},
-    ]
-    tokens.write_text(json.dumps({"tokens": rows}))
+    tokens = write_token_file(tmp_path / "tokens.json")
     runner = await start_server("memory", RATION_TOKEN_FILE=str(tokens), **SERVICE_ENV)
     await exercise_memory(f"127.0.0.1:{runner.port}", "alpha-admin", "beta-admin")

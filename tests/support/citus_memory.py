@@ -10,7 +10,9 @@ no age window, a small active-entry budget) and, for `token`, a role that may co
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+from pathlib import Path
 
 import grpc
 import pytest
@@ -18,6 +20,7 @@ import pytest
 from ration.memory.v1 import memory_pb2
 from ration_client.errors import RationError
 from ration_client.memory import MemoryClient
+from servicekit.auth import digest
 from tests.support.errors import rpc_error
 from tests.support.memory import Memory, entry, request_id
 
@@ -28,7 +31,16 @@ SERVICE_ENV = {
     "RATION_MEMORY_MAX_ACTIVE_ENTRIES": "12",
 }
 SECRET = "sk-citus-0123456789abcdef"
+# The exercise's two tenants, each with an admin token (`token`, `other_token`).
+TOKENS = {"alpha-admin": "alpha", "beta-admin": "beta"}
 CONCURRENT = 8
+
+
+def write_token_file(path: Path) -> Path:
+    """A RATION_TOKEN_FILE with the exercise's two admin tokens."""
+    rows = [{"sha256": digest(t), "tenant": n, "roles": ["admin"]} for t, n in TOKENS.items()]
+    path.write_text(json.dumps({"tokens": rows}))
+    return path
 
 
 async def exercise_memory(address: str, token: str | None, other_token: str | None = None) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -33,10 +32,9 @@ from ration_client import (
     BudgetHeld,
     BudgetPolicy,
 )
-from servicekit.auth import digest
 from tests.api.test_readme_tour import run_block, tour_code
 from tests.support import citus
-from tests.support.citus_memory import SERVICE_ENV, exercise_memory
+from tests.support.citus_memory import SERVICE_ENV, exercise_memory, write_token_file
 from tests.support.procs import BIN, Proc, clean_env
 
 REASON = citus.skip_reason()
@@ -256,12 +254,7 @@ async def test_watch_run_events_live_while_workers_write(stack: Stack) -> None:
 
 async def test_memory_calls_on_citus(stack: Stack, tmp_path: Path) -> None:
     """Every memory RPC, replays and concurrent writers included, for two tenants (tokens)."""
-    tokens = tmp_path / "tokens.json"
-    rows = [
-        {"sha256": digest("alpha-admin"), "tenant": "alpha", "roles": ["admin"]},
-        {"sha256": digest("beta-admin"), "tenant": "beta", "roles": ["admin"]},
-    ]
-    tokens.write_text(json.dumps({"tokens": rows}))
+    tokens = write_token_file(tmp_path / "tokens.json")
     memory = _serve(
         stack.database, ["memory", "serve"], RATION_TOKEN_FILE=str(tokens), **SERVICE_ENV
     )
