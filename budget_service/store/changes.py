@@ -22,7 +22,9 @@ def _set(prefix: str) -> str:
 
 
 # Everything a call changes, in one statement driven by one JSON document. Each hold transition
-# is guarded by state = 'open' and counted, so a hold can never end twice.
+# is guarded by state = 'open' and counted, so a hold can never end twice. The NOTIFY's result
+# is cast to text: Citus cannot return a void column from the worker the statement runs on (a
+# NOTIFY sent there never reaches the coordinator's listeners; on Citus the event hub polls).
 _WRITE = f"""
 WITH doc AS (SELECT $3::jsonb AS d),
 run_upd AS (
@@ -92,14 +94,14 @@ run_upd AS (
     SELECT $1, $2, x.seq, x.type, x.payload, now()
     FROM doc, jsonb_to_recordset(doc.d -> 'events') AS x(seq bigint, type text, payload text)
     RETURNING seq
+), notified AS (
+    SELECT pg_notify('{EVENTS_CHANNEL}', json_build_array($1::text, $2::text, max(seq))::text)::text
+    FROM events_ins HAVING count(*) > 0
 )
 SELECT (SELECT count(*) FROM run_upd) AS runs, (SELECT count(*) FROM pool_upd) AS pools,
        (SELECT count(*) FROM hold_ins) AS holds, (SELECT count(*) FROM hold_end) AS ended,
-       (SELECT count(*) FROM ledger_ins) AS ledger, (SELECT max(seq) FROM events_ins) AS last_seq
+       (SELECT count(*) FROM ledger_ins) AS ledger, (SELECT count(*) FROM notified) AS notified
 """
-# A statement of its own, touching no table: on Citus the write above runs on the worker that
-# holds the tenant's shard, and a NOTIFY there would never reach the coordinator's listeners.
-_NOTIFY = "SELECT pg_notify($1, json_build_array($2::text, $3::text, $4::bigint)::text)"
 
 
 class WriteConflict(RuntimeError):
@@ -131,5 +133,3 @@ async def write(conn: asyncpg.Connection, tenant: str, run_id: str, changes: Run
     actual = {k: counts[k] for k in expected}
     if actual != expected:
         raise WriteConflict(f"write touched {actual}, expected {expected}")
-    if counts["last_seq"] is not None:
-        await conn.execute(_NOTIFY, EVENTS_CHANNEL, tenant, run_id, counts["last_seq"])
