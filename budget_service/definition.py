@@ -35,7 +35,9 @@ TENANT_STREAM_FIRST_POLL_SECONDS = 0.02
 def factory(settings: BudgetSettings) -> AppFactory:
     def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
         tx = Transactions(database, settings, BudgetMetrics(registry, settings.metric_labels))
-        hub = EventHub(database.url, EVENTS_CHANNEL, database)
+        hub = EventHub(
+            database.url, EVENTS_CHANNEL, database, poll_seconds=settings.run_event_poll_seconds
+        )
         servicer = BudgetServicer(
             BudgetCapabilities.from_settings(settings),
             BudgetService(tx, hub, StreamSlots(settings.max_streams_per_tenant)),

@@ -154,11 +154,13 @@ def factory(settings: MemorySettings) -> AppFactory:
                 await link.close()
 
         async def sweep_request_log() -> None:
-            # Replays need stored responses for at least 24 hours; older ones are dropped.
+            # Replays need stored responses for at least 24 hours; older ones are dropped. In
+            # an explicit transaction: Citus sends the function's SET LOCAL ration.upkeep on to
+            # the workers only inside one (as a bare statement it would delete nothing there).
             while True:
                 await asyncio.sleep(REQUEST_SWEEP_SECONDS)
                 try:
-                    await database.statement(
+                    await database.upkeep_transaction(
                         lambda conn: forget_older_than(conn, REQUEST_LOG, REQUEST_RETENTION_HOURS)
                     )
                 except DomainError as error:  # the store is down; try again next period

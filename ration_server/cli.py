@@ -124,20 +124,34 @@ async def _serve(names: Sequence[str], env: Env, stop: Stop, shared_port: bool =
     return 0
 
 
-async def _migrate(env: Env, stop: Stop) -> int:
+async def _migrate(env: Env, stop: Stop, distribute: bool) -> int:
     import asyncpg
 
+    from servicekit import citus
     from servicekit.migrations import migrate
 
     settings = DatabaseSettings.from_env(env)
+    sets = registry.all_migrations()
+    schemas = [m.schema for m in sets]
     async with stop.watching(), database_url(settings, stop) as url:
         # The owner role migrates: RATION_MIGRATE_DATABASE_URL when set, else the service URL.
         conn = await asyncpg.connect(settings.migrate_url or url)
         try:
-            applied = await stop.race(migrate(conn, registry.all_migrations()))
+            applied = await stop.race(migrate(conn, sets))
+            # Once distributed, every later migration is distributed in the same step.
+            if distribute or await citus.distributed(conn, schemas):
+                try:
+                    distributed = await stop.race(citus.distribute(conn, schemas))
+                except RuntimeError as exc:
+                    print(f"ration migrate: {exc}", file=sys.stderr)
+                    return 2
+            else:
+                distributed = None
         finally:
             await conn.close()
     say("\n".join(applied) if applied else "migrations: up to date")
+    if distributed is not None:
+        say("\n".join(distributed) if distributed else "citus: everything distributed")
     return 0
 
 
@@ -213,7 +227,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         sub.add_argument("action", choices=["serve"])
         # Set by the supervisor of RATION_WORKERS > 1 for its workers only.
         sub.add_argument("--shared-port", action="store_true", help=argparse.SUPPRESS)
-    commands.add_parser("migrate", help="apply pending migrations of both schemas")
+    migrate = commands.add_parser("migrate", help="apply pending migrations of both schemas")
+    migrate.add_argument(
+        "--distribute",
+        action="store_true",
+        help="on a Citus coordinator: distribute the schemas by tenant (idempotent; "
+        "later runs of `ration migrate` repeat it by themselves)",
+    )
     demo = commands.add_parser("demo", help="a scripted agent run under a budget, shown live")
     demo.add_argument("--budget", help="budget service address (default: start a local stack)")
     demo.add_argument("--memory", help="memory service address")
@@ -232,7 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "up":
             return asyncio.run(_serve(registry.SERVICES, env, stop))
         if args.command == "migrate":
-            return asyncio.run(_migrate(env, stop))
+            return asyncio.run(_migrate(env, stop, args.distribute))
         if args.command == "demo":
             if not (args.budget and args.memory):
                 logs.configure("WARNING", logs.log_format(env))  # the demo's lines are the output

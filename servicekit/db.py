@@ -58,6 +58,9 @@ MIN_WORK_SECONDS = 0.02
 
 # The setting every row-level security policy filters on (the migrations' tenant_isolation).
 TENANT_SETTING = "ration.tenant_id"
+# Read by the upkeep policies (granted to the owner only, migration 0005), which the SECURITY
+# DEFINER upkeep functions pass; the application role's own policies never read it.
+UPKEEP_SETTING = "ration.upkeep"
 
 
 def quote_literal(value: str) -> str:
@@ -85,6 +88,19 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     trip per call): no code keeps session state (advisory locks, LISTEN, SET, cursors) on a
     pooled connection, as PgBouncer in transaction mode requires (DESIGN 6). asyncpg still rolls
     back a transaction left open."""
+
+
+# asyncpg knows the codec of text[] but looks every other array type up in the catalog the first
+# time a connection meets it: a query of ~1 ms on PostgreSQL and of 0.5-1 s on a Citus
+# coordinator, which in the middle of a transaction holds its row locks (a memory's head) all
+# that time. Each new pooled connection learns the array types the stores use up front.
+_ARRAY_TYPES = (
+    "SELECT NULL::bigint[], NULL::boolean[], NULL::bytea[], NULL::integer[], NULL::timestamptz[]"
+)
+
+
+async def _learn_array_types(conn: asyncpg.Connection) -> None:
+    await conn.prepare(_ARRAY_TYPES)
 
 
 class Database:
@@ -119,6 +135,7 @@ class Database:
             timeout=10,
             command_timeout=self.settings.statement_timeout_ms / 1000 + 1,
             reset=_keep_session,
+            init=_learn_array_types,
             server_settings={
                 "statement_timeout": str(self.settings.statement_timeout_ms),
                 "application_name": "ration",
@@ -250,8 +267,22 @@ class Database:
         """`work` in one transaction that has entered `tenant` for row-level security
         (servicekit/tenancy.py): BEGIN and SET LOCAL travel in one message, so entering the
         tenant costs no round trip of its own."""
-        begin = enter_tenant(tenant)
+        return await self._scoped(enter_tenant(tenant), work, attempts, retry_on)
 
+    async def upkeep_transaction(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """`work` (calls of the SECURITY DEFINER upkeep functions) in one transaction that set
+        the upkeep setting itself: the functions set it too, but on Citus only a SET LOCAL of
+        the transaction (not one inside a function) reaches the workers their statements run
+        on, where the shards' policies read it."""
+        return await self._scoped(f"BEGIN; SET LOCAL {UPKEEP_SETTING} = 'on'", work, 3, ())
+
+    async def _scoped(
+        self,
+        begin: str,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        attempts: int,
+        retry_on: tuple[type[BaseException], ...],
+    ) -> T:
         async def scoped(conn: asyncpg.Connection) -> T:
             await conn.execute(begin)
             try:

@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 from importlib import resources
 
 import asyncpg
+import sqlparse
 
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 # One lock for every migration of every service: replicas starting together queue behind it.
-_LOCK_KEY = 0x7261_7469_6F6E  # "ration"
+LOCK_KEY = 0x7261_7469_6F6E  # "ration"
 
 _LEDGER = """
 CREATE TABLE IF NOT EXISTS public.ration_migrations (
@@ -34,6 +35,13 @@ class Migration:
     version: int
     name: str
     sql: str
+
+    @property
+    def statements(self) -> list[str]:
+        """The statements of the file, sent one at a time: Citus propagates some DDL to the
+        workers by the text of the query that carried it, which must then be that one
+        statement and not the rest of the file."""
+        return [s for s in sqlparse.split(self.sql) if s.strip()]
 
     @property
     def checksum(self) -> str:
@@ -111,10 +119,11 @@ async def migrate(conn: asyncpg.Connection, sets: list[MigrationSet]) -> list[st
         return []
     applied_now: list[str] = []
     async with conn.transaction():
-        await conn.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+        await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
         await conn.execute(_LEDGER)
         for schema, migration in _todo(await _applied(conn), sets):
-            await conn.execute(migration.sql)
+            for statement in migration.statements:
+                await conn.execute(statement)
             await conn.execute(
                 "INSERT INTO public.ration_migrations (schema_name, version, name, checksum)"
                 " VALUES ($1, $2, $3, $4)",

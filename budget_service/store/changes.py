@@ -22,7 +22,9 @@ def _set(prefix: str) -> str:
 
 
 # Everything a call changes, in one statement driven by one JSON document. Each hold transition
-# is guarded by state = 'open' and counted, so a hold can never end twice.
+# is guarded by state = 'open' and counted, so a hold can never end twice. The NOTIFY's result
+# is cast to text: Citus cannot return a void column from the worker the statement runs on (a
+# NOTIFY sent there never reaches the coordinator's listeners; on Citus the event hub polls).
 _WRITE = f"""
 WITH doc AS (SELECT $3::jsonb AS d),
 run_upd AS (
@@ -93,7 +95,7 @@ run_upd AS (
     FROM doc, jsonb_to_recordset(doc.d -> 'events') AS x(seq bigint, type text, payload text)
     RETURNING seq
 ), notified AS (
-    SELECT pg_notify('{EVENTS_CHANNEL}', json_build_array($1::text, $2::text, max(seq))::text)
+    SELECT pg_notify('{EVENTS_CHANNEL}', json_build_array($1::text, $2::text, max(seq))::text)::text
     FROM events_ins HAVING count(*) > 0
 )
 SELECT (SELECT count(*) FROM run_upd) AS runs, (SELECT count(*) FROM pool_upd) AS pools,

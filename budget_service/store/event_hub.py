@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -55,9 +56,18 @@ class EventHub:
     the listener was (re)connecting misses nothing either."""
 
     def __init__(
-        self, url: str, channel: str, db: Database | None = None, *, ping_seconds: float = 5.0
+        self,
+        url: str,
+        channel: str,
+        db: Database | None = None,
+        *,
+        ping_seconds: float = 5.0,
+        poll_seconds: float = 0.1,
     ) -> None:
         self._url = url
+        self._poll_seconds = poll_seconds
+        # Decided when the hub starts: on Citus it polls (see _poll_until_closed).
+        self.polling = False
         self._channel = channel
         self._db = db  # where watchers are registered; None only for hubs nobody subscribes to
         self._ping_seconds = ping_seconds
@@ -87,6 +97,8 @@ class EventHub:
                 self._changed.set()  # the listener task removes the registration
 
     async def _register(self, key: watchers.Key) -> None:
+        if self.polling:
+            return  # nothing notifies: the poll finds the run's new events
         if self._db is None:
             raise RuntimeError("this event hub has no database to register watchers in")
         db = self._db
@@ -104,12 +116,12 @@ class EventHub:
         async with self._registering:
             gone = self._registered - self._subscribers.keys()
             if gone:
-                await db.transaction(lambda conn: watchers.forget(conn, gone, hub))
+                await db.upkeep_transaction(lambda conn: watchers.forget(conn, gone, hub))
                 self._registered -= gone
             if not refresh or not self._registered:
                 return
             kept = set(self._registered)
-            missing = await db.transaction(lambda conn: watchers.refresh(conn, kept, hub))
+            missing = await db.upkeep_transaction(lambda conn: watchers.refresh(conn, kept, hub))
 
             for key in missing:
                 await _register_as_tenant(db, key, hub)
@@ -150,6 +162,10 @@ class EventHub:
                 delay = min(delay * 2, 5.0)
 
     async def _listen_once(self) -> None:
+        if self._db is not None and await self._db.read(watchers.on_citus):
+            self.polling = True
+            await self._poll_until_closed(self._db)
+            return
         lost = asyncio.Event()
         conn = await asyncpg.connect(
             self._url, timeout=10, server_settings={"application_name": LISTENER_NAME}
@@ -190,6 +206,36 @@ class EventHub:
                 # A liveness probe, not a poll of events: a silently dead peer never closes.
                 await conn.fetchval("SELECT 1", timeout=self._ping_seconds)
 
+    async def _poll_until_closed(self, db: Database) -> None:
+        """Citus: a NOTIFY sent where a delegated decide_v1 runs (the worker holding the
+        tenant's shard) never reaches a listener on the coordinator. So every poll interval,
+        one single-shard read per tenant of the runs streamed here; a subscription is woken
+        when its run's next_seq differs from the last one seen (also the first time, so an
+        event written between a subscriber's first read and the first poll is not missed)."""
+        seen: dict[watchers.Key, int] = {}
+        self.listening.set()
+        self._wake_all()
+        while not self.closed:
+            self._changed.clear()
+            by_tenant: dict[str, list[str]] = {}
+            for tenant, run_id in self._subscribers:
+                by_tenant.setdefault(tenant, []).append(run_id)
+            for tenant, run_ids in by_tenant.items():
+                found = await for_tenant(db, tenant).read(
+                    functools.partial(watchers.next_seqs, tenant=tenant, run_ids=run_ids)
+                )
+                for run_id, next_seq in found.items():
+                    key = (tenant, run_id)
+                    if seen.get(key) != next_seq:
+                        seen[key] = next_seq
+                        for subscription in self._subscribers.get(key, ()):
+                            subscription.wake()
+            for key in seen.keys() - self._subscribers.keys():
+                del seen[key]
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._poll_seconds):  # not wait_for: see _until_lost
+                    await self._changed.wait()
+
     async def _drop(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None and not conn.is_closed():
@@ -209,4 +255,4 @@ class EventHub:
         if self._db is not None and self._registered:
             keys, hub = set(self._registered), self.hub_id
             with contextlib.suppress(Exception):  # best effort: the database may be gone
-                await self._db.transaction(lambda conn: watchers.forget(conn, keys, hub))
+                await self._db.upkeep_transaction(lambda conn: watchers.forget(conn, keys, hub))

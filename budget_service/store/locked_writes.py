@@ -19,33 +19,33 @@ from budget_service.domain.records import (
 from budget_service.domain.run_state import BalanceRef
 from budget_service.store import rows
 
-# The pooled budgets a run draws on, with the start of their newest balance row (so the caller
-# knows whether the current window's row must be created first).
-_POOL_CONFIGS = """
-    ARRAY(
-        SELECT ROW(s.scope, s.scope_id, s.window_kind, s.max_tokens, s.max_cost_nanos,
-                   s.max_tool_calls, s.max_retries, s.max_model_calls,
-                   (SELECT max(b.window_start) FROM budget.pool_balances b
-                    WHERE b.tenant_id = s.tenant_id AND b.scope = s.scope
-                      AND b.scope_id = s.scope_id))
-        FROM budget.scope_budgets s
-        JOIN unnest(r.pool_scopes, r.pool_scope_ids) AS k(scope, scope_id)
-          ON s.scope = k.scope AND s.scope_id = k.scope_id
-        WHERE s.tenant_id = r.tenant_id AND s.kind = 'pooled'
-    )"""
+# Citus routes a statement to one shard when every table in it is filtered on the tenant
+# parameter itself ($1, not a correlated r.tenant_id), and cannot return anonymous records
+# (ROW(...)) from a worker: so these statements filter on $1 and return plain rows.
 
 # Locks the run first (every writer does), so its holds are stable for the rest of the call.
 # Subqueries read the statement snapshot: has_overdue may miss a hold that became overdue while
 # we waited for the lock, which only means it is expired by the next call or the sweeper.
-_LOCK_RUN = f"""
+_LOCK_RUN = """
 SELECT r.*, now() AS db_now,
     EXISTS (SELECT 1 FROM budget.holds h
-            WHERE h.tenant_id = r.tenant_id AND h.run_id = r.run_id
-              AND h.state = 'open' AND h.expires_at <= now()) AS has_overdue,
-    {_POOL_CONFIGS} AS pool_configs
+            WHERE h.tenant_id = $1 AND h.run_id = r.run_id
+              AND h.state = 'open' AND h.expires_at <= now()) AS has_overdue
 FROM budget.runs r
 WHERE r.tenant_id = $1 AND r.run_id = $2
 FOR UPDATE OF r"""
+
+# The pooled budgets a locked run draws on, with the start of their newest balance row (so the
+# caller knows whether the current window's row must be created first).
+_POOL_CONFIGS = """
+SELECT s.scope, s.scope_id, s.window_kind, s.max_tokens, s.max_cost_nanos, s.max_tool_calls,
+    s.max_retries, s.max_model_calls,
+    (SELECT max(b.window_start) FROM budget.pool_balances b
+     WHERE b.tenant_id = $1 AND b.scope = s.scope AND b.scope_id = s.scope_id) AS latest
+FROM budget.scope_budgets s
+JOIN unnest($2::text[], $3::text[]) AS k(scope, scope_id)
+  ON s.scope = k.scope AND s.scope_id = k.scope_id
+WHERE s.tenant_id = $1 AND s.kind = 'pooled'"""
 
 _INSERT_POOLS = """
 INSERT INTO budget.pool_balances (tenant_id, scope, scope_id, window_start)
@@ -72,25 +72,22 @@ FOR UPDATE OF p"""
 
 _GRANTED_SUMS = ", ".join(f"sum(h.granted_{s})::bigint" for s in (*rows.SUFFIXES, "model_calls"))
 
-# Runs after the pool locks are held, so its snapshot is consistent with the locked rows: this
-# run's overdue holds end here, and other runs' overdue holds on the locked pools are summed
-# (they no longer count, though their runs have not marked them yet).
+# Run after the pool locks are held, so they see the locked rows: this run's overdue holds end
+# here, and other runs' overdue holds on the locked pools are summed (they no longer count,
+# though their runs have not marked them yet; ending one needs these pool locks).
 _EXPIRE = f"""
-WITH expired AS (
-    UPDATE budget.holds SET state = 'expired', ended_at = now()
-    WHERE tenant_id = $1 AND run_id = $2 AND state = 'open' AND expires_at <= now()
-    RETURNING {rows.HOLD_COLUMNS}
-), other AS (
-    SELECT k.scope, k.scope_id, k.window_start, {_GRANTED_SUMS}
-    FROM budget.holds h,
-         unnest(h.pool_scopes, h.pool_scope_ids, h.pool_windows) AS k(scope, scope_id, window_start)
-    WHERE h.tenant_id = $1 AND h.state = 'open' AND h.expires_at <= now() AND h.run_id <> $2
-      AND (k.scope, k.scope_id, k.window_start) IN (
-          SELECT * FROM unnest($3::text[], $4::text[], $5::timestamptz[]))
-    GROUP BY 1, 2, 3
-)
-SELECT ARRAY(SELECT ROW({rows.HOLD_COLUMNS}) FROM expired) AS expired,
-       ARRAY(SELECT ROW(other.*) FROM other) AS other"""
+UPDATE budget.holds SET state = 'expired', ended_at = now()
+WHERE tenant_id = $1 AND run_id = $2 AND state = 'open' AND expires_at <= now()
+RETURNING {rows.HOLD_COLUMNS}"""
+
+_OTHER_OVERDUE = f"""
+SELECT k.scope, k.scope_id, k.window_start, {_GRANTED_SUMS}
+FROM budget.holds h,
+     unnest(h.pool_scopes, h.pool_scope_ids, h.pool_windows) AS k(scope, scope_id, window_start)
+WHERE h.tenant_id = $1 AND h.state = 'open' AND h.expires_at <= now() AND h.run_id <> $2
+  AND (k.scope, k.scope_id, k.window_start) IN (
+      SELECT * FROM unnest($3::text[], $4::text[], $5::timestamptz[]))
+GROUP BY 1, 2, 3"""
 
 _REQUEST_DONE = "SELECT 1 FROM budget.request_log WHERE tenant_id = $1 AND request_id = $2"
 
@@ -120,19 +117,32 @@ async def lock_run(
     row = await conn.fetchrow(sql, tenant, run_id)
     if row is None:
         return None
+    run = rows.run_of(row)
+    found = (
+        await conn.fetch(
+            _POOL_CONFIGS,
+            tenant,
+            [p.scope.value for p in run.pools],
+            [p.scope_id for p in run.pools],
+        )
+        if run.pools
+        else []
+    )
     pools = tuple(
         (
             PoolConfig(
-                BalanceRef(Scope(scope), scope_id),
-                BudgetLimits(t, c, tc, r),
-                Window(window),
-                model_calls,
+                BalanceRef(Scope(c["scope"]), c["scope_id"]),
+                BudgetLimits(
+                    c["max_tokens"], c["max_cost_nanos"], c["max_tool_calls"], c["max_retries"]
+                ),
+                Window(c["window_kind"]),
+                c["max_model_calls"],
             ),
-            latest,
+            c["latest"],
         )
-        for scope, scope_id, window, t, c, tc, r, model_calls, latest in row["pool_configs"]
+        for c in found
     )
-    return LockedRow(rows.run_of(row), row["db_now"], row["has_overdue"], pools)
+    return LockedRow(run, row["db_now"], row["has_overdue"], pools)
 
 
 async def request_done(conn: asyncpg.Connection, tenant: str, request_id: str) -> bool:
@@ -188,21 +198,25 @@ async def expire_overdue(
 ) -> tuple[list[ReservationRecord], dict[PoolKey, tuple[dict[Dimension, int], int]]]:
     """Ends this run's overdue holds; returns them and other runs' overdue amounts (and model
     calls) per pool."""
-    row = await conn.fetchrow(
-        _EXPIRE,
-        tenant,
-        run_id,
-        [k.ref.scope.value for k in pools],
-        [k.ref.scope_id for k in pools],
-        [k.window_start for k in pools],
-    )
-    expired = [rows.reservation_of(values) for values in row["expired"]]
-    other = {
-        rows.pool_key_of(scope, scope_id, window): (
-            dict(zip(Dimension, sums, strict=True)),
-            model_calls,
+    expired = [rows.reservation_of(r) for r in await conn.fetch(_EXPIRE, tenant, run_id)]
+    found = (
+        await conn.fetch(
+            _OTHER_OVERDUE,
+            tenant,
+            run_id,
+            [k.ref.scope.value for k in pools],
+            [k.ref.scope_id for k in pools],
+            [k.window_start for k in pools],
         )
-        for scope, scope_id, window, *sums, model_calls in row["other"]
+        if pools
+        else []
+    )
+    other = {
+        rows.pool_key_of(r["scope"], r["scope_id"], r["window_start"]): (
+            dict(zip(Dimension, list(r.values())[3:7], strict=True)),
+            r[7],
+        )
+        for r in found
     }
     return expired, other
 

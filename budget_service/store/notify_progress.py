@@ -51,7 +51,7 @@ async def claim(
     row = await conn.fetchrow(_CLAIM_ROW, tenant, webhook_id, holder)
     if row is None:
         if start is None:
-            start = Position.before(await tenant_events.next_tx(conn))
+            start = Position.before(await tenant_events.next_tx(conn, tenant))
         status = await conn.execute(
             _FIRST,
             tenant,

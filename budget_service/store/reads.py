@@ -38,27 +38,27 @@ SELECT s.*, b.window_start AS balance_window,
 FROM budget.scope_budgets s
 LEFT JOIN LATERAL (
     SELECT * FROM budget.pool_balances b
-    WHERE b.tenant_id = s.tenant_id AND b.scope = s.scope AND b.scope_id = s.scope_id
+    WHERE b.tenant_id = $1 AND b.scope = s.scope AND b.scope_id = s.scope_id
     ORDER BY b.window_start DESC LIMIT 1) b ON true
 LEFT JOIN LATERAL (
     SELECT {_GRANTED_SUMS}
     FROM budget.holds h,
          unnest(h.pool_scopes, h.pool_scope_ids, h.pool_windows) AS k(scope, scope_id, window_start)
-    WHERE h.tenant_id = s.tenant_id AND h.state = 'open' AND h.expires_at <= now()
+    WHERE h.tenant_id = $1 AND h.state = 'open' AND h.expires_at <= now()
       AND k.scope = s.scope AND k.scope_id = s.scope_id AND k.window_start = b.window_start
 ) o ON true"""
 
 # One statement, so the run and its pools come from one snapshot without a transaction.
 _RUN_SNAPSHOT = f"""
 SELECT r.*, now() AS db_now,
-    (SELECT ROW({", ".join(f"coalesce(sum(h.granted_{s}), 0)::bigint" for s in rows.SUFFIXES)})
+    (SELECT ARRAY[{", ".join(f"coalesce(sum(h.granted_{s}), 0)::bigint" for s in rows.SUFFIXES)}]
      FROM budget.holds h
-     WHERE h.tenant_id = r.tenant_id AND h.run_id = r.run_id
+     WHERE h.tenant_id = $1 AND h.run_id = r.run_id
        AND h.state = 'open' AND h.expires_at <= now()) AS own_overdue,
     (SELECT coalesce(json_agg(v), '[]') FROM ({_POOL_VIEW}
         JOIN unnest(r.pool_scopes, r.pool_scope_ids) AS p(scope, scope_id)
           ON s.scope = p.scope AND s.scope_id = p.scope_id
-        WHERE s.tenant_id = r.tenant_id AND s.kind = 'pooled') v) AS pools
+        WHERE s.tenant_id = $1 AND s.kind = 'pooled') v) AS pools
 FROM budget.runs r"""
 
 _READ_RUN = f"{_RUN_SNAPSHOT} WHERE r.tenant_id = $1 AND r.run_id = $2"
@@ -98,7 +98,7 @@ ON CONFLICT (tenant_id, scope, scope_id, kind) DO UPDATE SET
     threshold_percent = EXCLUDED.threshold_percent, on_exhaustion = EXCLUDED.on_exhaustion,
     window_kind = EXCLUDED.window_kind, enforcement = EXCLUDED.enforcement,
     model_match = EXCLUDED.model_match, max_model_calls = EXCLUDED.max_model_calls,
-    version = budget.scope_budgets.version + 1, updated_at = now()
+    version = budget.scope_budgets.version + 1, updated_at = EXCLUDED.updated_at
 RETURNING version, updated_at"""
 
 _DELETE_SCOPE_BUDGET = """

@@ -80,7 +80,9 @@ ORDER BY n.tx, n.run_id COLLATE "C", n.seq"""
 _RUNS = "SELECT * FROM budget.runs WHERE tenant_id = $1 AND run_id = ANY($2::text[])"
 
 
-_NEXT_TX = "SELECT pg_snapshot_xmax(pg_current_snapshot())::text"
+# A function of the tenant (migration 0011), so that on Citus it runs where the tenant's
+# events are stamped: the snapshot of the node that holds the tenant's shard.
+_NEXT_TX = "SELECT budget.tenant_next_tx_v1($1)"
 
 
 @dataclass(frozen=True)
@@ -152,10 +154,10 @@ async def scan(
     return Scan(events, reached, skipped_tail, full)
 
 
-async def next_tx(conn: asyncpg.Connection) -> int:
+async def next_tx(conn: asyncpg.Connection, tenant: str) -> int:
     """The current snapshot's xmax: no transaction with this id or a larger one had started
     writing when it was taken."""
-    return int(await conn.fetchval(_NEXT_TX))
+    return int(await conn.fetchval(_NEXT_TX, tenant))
 
 
 async def runs_of(

@@ -43,6 +43,9 @@ class BudgetSettings:
     # the longest wait of an idle one between two reads of the events table.
     max_tenant_streams_per_tenant: int = 10
     tenant_stream_poll_seconds: float = 0.5
+    # On Citus (where a NOTIFY sent on a worker never reaches the coordinator's listeners),
+    # how often WatchRunEvents looks for new events of the runs this process streams.
+    run_event_poll_seconds: float = 0.1
     # Group commit of Reserve/Consume/Release (and of Checks): requests per statement, and
     # statements of one tenant at the database at once from one process.
     batch: BatchSettings = field(default_factory=BatchSettings)
@@ -82,6 +85,8 @@ class BudgetSettings:
             tenant_stream_poll_seconds=env.integer(
                 "RATION_BUDGET_TENANT_STREAM_POLL_MS", 500, minimum=10
             )
+            / 1000,
+            run_event_poll_seconds=env.integer("RATION_BUDGET_RUN_EVENT_POLL_MS", 100, minimum=10)
             / 1000,
             batch=BatchSettings(
                 max_items=env.integer("RATION_BUDGET_BATCH_MAX", 64, minimum=1),

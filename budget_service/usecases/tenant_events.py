@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -87,7 +88,9 @@ async def read_page(
 async def latest(db: Database, tenant: str) -> Position:
     """What `start_at_latest` starts from: after every event of the transactions that had
     started writing by now (committed or not; a later one's events all come after it)."""
-    return Position.before(await for_tenant(db, tenant).read(store.next_tx))
+    return Position.before(
+        await for_tenant(db, tenant).read(functools.partial(store.next_tx, tenant=tenant))
+    )
 
 
 class TenantStreams:

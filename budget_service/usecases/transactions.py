@@ -91,8 +91,8 @@ class Transactions:
 
     async def upkeep(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """Cross-tenant upkeep: `work` may call only the SECURITY DEFINER upkeep functions (as
-        the application role it sees no tenant's rows otherwise); each statement commits."""
-        return await self.db.statement(work)
+        the application role it sees no tenant's rows otherwise), in one transaction."""
+        return await self.db.upkeep_transaction(work)
 
     def enforcement(self, scope_advisory: bool) -> Enforcement:
         advisory = self.host_advisory or scope_advisory

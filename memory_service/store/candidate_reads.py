@@ -78,8 +78,9 @@ WHERE tenant_id = $1 AND memory_id = $2 AND entry_version_id = ANY($3::text[])
 # Full-text matches among revision $3's active items carrying every tag in $5: a bounded
 # window ($6) by ts_rank, ties by entry_id bytes (0003 explains the 'simple' configuration).
 # Membership is a correlated lookup by entry_id (OFFSET 0 keeps it one: never a join the
-# planner could turn into a scan per match). Expiry is left to the caller, so the answer
-# depends on the revision alone and can be cached with it.
+# planner could turn into a scan per match; its tenant and memory are the parameters, not the
+# outer row's columns, so that Citus sees both tables pinned to the tenant's shard). Expiry is
+# left to the caller, so the answer depends on the revision alone and can be cached with it.
 _LEXICAL_AT = """
 SELECT v.entry_id
 FROM memory.entry_versions v
@@ -88,7 +89,7 @@ WHERE v.tenant_id = $1 AND v.memory_id = $2
   AND v.tags @> $5::text[]
   AND EXISTS (
       SELECT 1 FROM memory.manifest_items i
-      WHERE i.tenant_id = v.tenant_id AND i.memory_id = v.memory_id AND i.entry_id = v.entry_id
+      WHERE i.tenant_id = $1 AND i.memory_id = $2 AND i.entry_id = v.entry_id
         AND i.entry_version_id = v.entry_version_id AND i.state = 'active'
         AND i.from_rev <= $3 AND (i.to_rev IS NULL OR i.to_rev > $3)
       OFFSET 0)

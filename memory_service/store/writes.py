@@ -83,6 +83,7 @@ CROSS JOIN LATERAL (
 """
 
 # Only the active items that share their content hash with another: dedupe reads no more.
+# Every table names the tenant itself (not through the join), or Citus reads every shard.
 _DUPLICATE_ACTIVE_ITEMS = f"""
 SELECT {_HEAD_ITEM_COLUMNS}
 FROM (
@@ -91,8 +92,7 @@ FROM (
     WHERE tenant_id = $1 AND memory_id = $2 AND to_rev IS NULL AND state = 'active'
 ) i
 JOIN memory.entry_versions v
-  ON v.tenant_id = i.tenant_id AND v.memory_id = i.memory_id
- AND v.entry_version_id = i.entry_version_id
+  ON v.tenant_id = $1 AND v.memory_id = $2 AND v.entry_version_id = i.entry_version_id
 WHERE i.copies > 1
 """
 
@@ -122,13 +122,19 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 RETURNING created_at
 """
 
+# The batch inserts select their rows from the memory's own row joined with the arrays, not
+# from the arrays alone: Citus then pushes the whole INSERT ... SELECT down to the tenant's
+# shard as one statement (an INSERT ... SELECT of constants only is evaluated on the coordinator
+# and sent as COPY, which row-level security refuses). On PostgreSQL it is one key lookup more.
 _INSERT_CHANGES = """
 INSERT INTO memory.changes
     (tenant_id, memory_id, revision, entry_id, op, from_entry_version_id, to_entry_version_id,
      reason)
-SELECT $1, $2, $3, c.entry_id, c.op, c.from_id, c.to_id, c.reason
-FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
+SELECT m.tenant_id, m.memory_id, $3, c.entry_id, c.op, c.from_id, c.to_id, c.reason
+FROM memory.memories m
+CROSS JOIN unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[])
      AS c (entry_id, op, from_id, to_id, reason)
+WHERE m.tenant_id = $1 AND m.memory_id = $2
 """
 
 _INSERT_VERSION = """
@@ -139,28 +145,23 @@ INSERT INTO memory.entry_versions
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::jsonb, $11, $12, $13, $14, $15, $16, $17, $18)
 """
 
-# The rows are found as _HEAD_ITEMS finds them, then updated by their physical address (the
-# head lock is held, so nothing else moves them meanwhile).
+# One key lookup and update per entry id, in a server-side loop (migration 0006): a single
+# UPDATE joined with the ids lets the planner scan the whole memory on an unanalyzed table, and
+# the former physical-address (ctid) form is refused by Citus. Returns the rows it closed.
 _CLOSE_ITEMS = """
-UPDATE memory.manifest_items SET to_rev = $3
-WHERE ctid = ANY (ARRAY(
-    SELECT open.ctid FROM unnest($4::text[]) AS wanted (entry_id)
-    CROSS JOIN LATERAL (
-        SELECT m.ctid FROM memory.manifest_items m
-        WHERE m.tenant_id = $1 AND m.memory_id = $2 AND m.to_rev IS NULL
-          AND m.entry_id = wanted.entry_id COLLATE "C"
-        LIMIT 1
-    ) AS open
-))
+SELECT memory.close_head_items($1, $2, $3, $4::text[])
 """
 
 _OPEN_ITEMS = """
 INSERT INTO memory.manifest_items
     (tenant_id, memory_id, entry_id, entry_version_id, entry_content_hash, state, has_tags,
      last_state_change_revision, from_rev)
-SELECT $1, $2, i.entry_id, i.version_id, i.hash, i.state, i.has_tags, i.changed, $3
-FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::bigint[])
+SELECT m.tenant_id, m.memory_id, i.entry_id, i.version_id, i.hash, i.state, i.has_tags,
+       i.changed, $3
+FROM memory.memories m
+CROSS JOIN unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::boolean[], $9::bigint[])
      AS i (entry_id, version_id, hash, state, has_tags, changed)
+WHERE m.tenant_id = $1 AND m.memory_id = $2
 """
 
 _ADVANCE_HEAD = """
@@ -307,8 +308,8 @@ async def write_revision(conn: asyncpg.Connection, tenant: str, plan: RevisionPl
             ],
         )
     if plan.closed:
-        status = await conn.execute(_CLOSE_ITEMS, *key, revision, list(plan.closed))
-        if int(status.split()[-1]) != len(plan.closed):
+        closed = await conn.fetchval(_CLOSE_ITEMS, *key, revision, list(plan.closed))
+        if closed != len(plan.closed):
             raise AssertionError("a planned item was not open at the head")
     if plan.opened:
         opened = plan.opened
