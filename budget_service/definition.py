@@ -36,7 +36,11 @@ def factory(settings: BudgetSettings) -> AppFactory:
     def build(database: Database, registry: CollectorRegistry) -> ServiceApp:
         tx = Transactions(database, settings, BudgetMetrics(registry, settings.metric_labels))
         hub = EventHub(
-            database.url, EVENTS_CHANNEL, database, poll_seconds=settings.run_event_poll_seconds
+            database.url,
+            EVENTS_CHANNEL,
+            database,
+            wakeup=settings.run_event_wakeup,
+            poll_seconds=settings.run_event_poll_seconds,
         )
         servicer = BudgetServicer(
             BudgetCapabilities.from_settings(settings),

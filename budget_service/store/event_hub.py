@@ -53,7 +53,10 @@ class EventHub:
     Only watched runs are notified: a subscription registers its run in budget.watchers (see
     store/watchers.py) before the subscriber's first read, and the channel is LISTENed to only while
     someone watches. Starting to listen wakes every subscriber, so one that subscribed while
-    the listener was (re)connecting misses nothing either."""
+    the listener was (re)connecting misses nothing either.
+
+    Polling instead (wakeup "poll", or "auto" on Citus): no listener, no watcher rows; see
+    _poll_until_closed."""
 
     def __init__(
         self,
@@ -62,11 +65,13 @@ class EventHub:
         db: Database | None = None,
         *,
         ping_seconds: float = 5.0,
+        wakeup: str = "auto",
         poll_seconds: float = 0.1,
     ) -> None:
         self._url = url
+        self._wakeup = wakeup  # notify | poll | auto (poll on Citus)
         self._poll_seconds = poll_seconds
-        # Decided when the hub starts: on Citus it polls (see _poll_until_closed).
+        # Decided when the hub starts (see _poll_until_closed).
         self.polling = False
         self._channel = channel
         self._db = db  # where watchers are registered; None only for hubs nobody subscribes to
@@ -162,7 +167,10 @@ class EventHub:
                 delay = min(delay * 2, 5.0)
 
     async def _listen_once(self) -> None:
-        if self._db is not None and await self._db.read(watchers.on_citus):
+        if self._db is not None and (
+            self._wakeup == "poll"
+            or (self._wakeup == "auto" and await self._db.read(watchers.on_citus))
+        ):
             self.polling = True
             await self._poll_until_closed(self._db)
             return

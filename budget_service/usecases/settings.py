@@ -43,8 +43,10 @@ class BudgetSettings:
     # the longest wait of an idle one between two reads of the events table.
     max_tenant_streams_per_tenant: int = 10
     tenant_stream_poll_seconds: float = 0.5
-    # On Citus (where a NOTIFY sent on a worker never reaches the coordinator's listeners),
-    # how often WatchRunEvents looks for new events of the runs this process streams.
+    # How WatchRunEvents learns of new events: "notify" (LISTEN/NOTIFY, a session connection),
+    # "poll" (reads the streamed runs every run_event_poll_seconds), or "auto": poll on Citus,
+    # where a NOTIFY sent on a worker never reaches the coordinator's listeners, else notify.
+    run_event_wakeup: str = "auto"
     run_event_poll_seconds: float = 0.1
     # Group commit of Reserve/Consume/Release (and of Checks): requests per statement, and
     # statements of one tenant at the database at once from one process.
@@ -86,6 +88,9 @@ class BudgetSettings:
                 "RATION_BUDGET_TENANT_STREAM_POLL_MS", 500, minimum=10
             )
             / 1000,
+            run_event_wakeup=env.choice(
+                "RATION_BUDGET_RUN_EVENT_WAKEUP", "auto", ("auto", "notify", "poll")
+            ),
             run_event_poll_seconds=env.integer("RATION_BUDGET_RUN_EVENT_POLL_MS", 100, minimum=10)
             / 1000,
             batch=BatchSettings(
