@@ -61,12 +61,13 @@ WHERE tenant_id = $1 AND memory_id = $2 AND created_in_revision <= $3
 """
 
 # Only fills a gap: a vector is a pure function of the content, so a concurrent filler wrote
-# the same bytes.
+# the same bytes. The vectors come joined from the arrays, never by subscript: Citus crashes
+# deparsing an array subscript of a parameter in UPDATE ... SET.
 _STORE_EMBEDDINGS = """
-UPDATE memory.entry_versions
-SET embedding = ($4::bytea[])[array_position($3::text[], entry_version_id::text)]
-WHERE tenant_id = $1 AND memory_id = $2 AND entry_version_id = ANY($3::text[])
-  AND embedding IS NULL
+UPDATE memory.entry_versions v SET embedding = x.embedding
+FROM unnest($3::text[], $4::bytea[]) AS x(entry_version_id, embedding)
+WHERE v.tenant_id = $1 AND v.memory_id = $2 AND v.entry_version_id = ANY($3::text[])
+  AND v.entry_version_id = x.entry_version_id AND v.embedding IS NULL
 """
 
 # A few versions by id (the entries a call returns that no earlier call fetched).
