@@ -146,6 +146,7 @@ async def create() -> CitusDatabase:
         # deploy/README.md, Postgres roles: the same SQL, in the Citus database.
         *pgroles.role_statements(database.owner, database.app, *[database.password] * 2),
         f'ALTER DATABASE "{name}" OWNER TO "{database.owner}"',
+        f'GRANT CONNECT ON DATABASE "{name}" TO "{database.owner}", "{database.app}"',
         *pgroles.database_statements(database.owner, database.app),
     )
     return database
