@@ -1160,6 +1160,9 @@ _SCENARIOS: dict[str, list[tuple[Any, ...]]] = {
         ("release", 0, False),
         ("reserve", 1, (25, 0, 0, 0), False, "gpt-4o", 0),
     ],
+    # Rule 1 across midnight: a twin of yesterday's call replays and writes nothing, not even
+    # a row for the new window.
+    "a replay in a new window writes nothing": [_RESERVE, ("new_day",), ("again", 0)],
     # A breach interrupts; Resume raises the limit; Close releases what is still held.
     "interrupt, resume, close": [
         ("unreserved", 0, (21, 0, 0, 0), "gpt-4o"),
