@@ -65,3 +65,32 @@ async def test_a_spent_day_pool_refuses_every_run_until_midnight_and_none_fails(
     assert window == midnight - timedelta(days=1)
     # Once each: the rows of the pool's own log are exactly these two.
     assert await db.fetchval("SELECT count(*) FROM budget.pool_events") == 2
+
+
+async def test_a_replay_after_midnight_writes_no_row_for_the_new_window(
+    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+) -> None:
+    """A twin of yesterday's Reserve replays its stored reply and writes nothing: not even the
+    pool's row for the new day (only a call decided anew opens it)."""
+    budget = Budget(budget_channel)
+    await budget.put_scope(
+        pb.SCOPE_PROJECT, "fleet", kind=pb.SCOPE_BUDGET_KIND_POOLED, window=pb.WINDOW_DAY
+    )
+    await budget.open_run("run-1", project_id="fleet", max_tokens=100)
+    first = await budget.reserve("run-1", request_id="req-twin", tokens=5)
+    # Midnight passes: the pool's row, and the hold drawing on it, are yesterday's.
+    await db.execute(
+        "UPDATE budget.pool_balances SET window_start = window_start - interval '1 day'"
+    )
+    await db.execute(
+        "UPDATE budget.holds SET pool_windows ="
+        " ARRAY(SELECT w - interval '1 day' FROM unnest(pool_windows) AS w)"
+    )
+    windows = "SELECT array_agg(window_start ORDER BY window_start) FROM budget.pool_balances"
+    yesterday = await db.fetchval(windows)
+    assert len(yesterday) == 1
+    assert await budget.reserve("run-1", request_id="req-twin", tokens=5) == first
+    assert await db.fetchval(windows) == yesterday
+    # A new call opens today's window.
+    await budget.reserve("run-1", tokens=5)
+    assert await db.fetchval(windows) == [*yesterday, yesterday[0] + timedelta(days=1)]

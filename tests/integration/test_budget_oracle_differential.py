@@ -673,30 +673,34 @@ class Example:
         self.oracle.sweep(await self.now())
 
     async def new_day(self) -> None:
-        """Midnight passes: every day-window pool row (and the holds on it) is a day older."""
+        """Midnight passes: every day-window pool row (and the holds on it, and the events of
+        its window) is a day older."""
         daily = [(b.scope.value, b.scope_id) for b in self.pools if b.window is Window.DAY]
         if not daily:
             return
         scopes, ids = [s for s, _ in daily], [i for _, i in daily]
         windowed = """(scope, scope_id) IN (SELECT * FROM unnest($2::text[], $3::text[]))"""
         far = timedelta(days=100_000)
-        # Two uniform moves, so no row ever meets another's key on the way.
-        await self.conn.execute(
-            f"UPDATE budget.pool_balances SET window_start = window_start - $4::interval"
-            f" WHERE tenant_id = $1 AND {windowed}",
-            self.tenant,
-            scopes,
-            ids,
-            far,
-        )
-        await self.conn.execute(
-            f"UPDATE budget.pool_balances SET window_start = window_start + $4::interval"
-            f" WHERE tenant_id = $1 AND {windowed}",
-            self.tenant,
-            scopes,
-            ids,
-            far - timedelta(days=1),
-        )
+        # A window's events (keyed by window and seq, numbered by its row's next_seq) move with
+        # its row: left behind, they would collide with those of the new row for that window.
+        for table in ("pool_balances", "pool_events"):
+            # Two uniform moves, so no row ever meets another's key on the way.
+            await self.conn.execute(
+                f"UPDATE budget.{table} SET window_start = window_start - $4::interval"
+                f" WHERE tenant_id = $1 AND {windowed}",
+                self.tenant,
+                scopes,
+                ids,
+                far,
+            )
+            await self.conn.execute(
+                f"UPDATE budget.{table} SET window_start = window_start + $4::interval"
+                f" WHERE tenant_id = $1 AND {windowed}",
+                self.tenant,
+                scopes,
+                ids,
+                far - timedelta(days=1),
+            )
         rows = await self.conn.fetch(
             "SELECT run_id, reservation_id, pool_scopes, pool_scope_ids, pool_windows"
             " FROM budget.holds WHERE tenant_id = $1",
@@ -1159,6 +1163,16 @@ _SCENARIOS: dict[str, list[tuple[Any, ...]]] = {
         ("unreserved", 0, (3, 0, 0, 0), "gpt-4o"),
         ("release", 0, False),
         ("reserve", 1, (25, 0, 0, 0), False, "gpt-4o", 0),
+    ],
+    # Rule 1 across midnight: a twin of yesterday's call replays and writes nothing, not even
+    # a row for the new window.
+    "a replay in a new window writes nothing": [_RESERVE, ("new_day",), ("again", 0)],
+    # Each window numbers its own events: the new window's row starts again at seq 1, so
+    # yesterday's threshold crossing and today's are both seq 1, each on its own window.
+    "each window's events": [
+        ("unreserved", 0, (50, 0, 0, 0), "gpt-4o"),
+        ("new_day",),
+        ("unreserved", 1, (50, 0, 0, 0), "gpt-4o"),
     ],
     # A breach interrupts; Resume raises the limit; Close releases what is still held.
     "interrupt, resume, close": [

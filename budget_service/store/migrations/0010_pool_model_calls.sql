@@ -311,7 +311,9 @@ BEGIN
         END LOOP;
 
         IF v_any_pools THEN
-        -- The current window of every pooled budget the runs draw on, in canonical order.
+        -- The current window of every pooled budget the runs with a request decided here
+        -- draw on, in canonical order. A run with only replays gets no new window row (rule
+        -- 1: a replay writes nothing), e.g. a twin retried after midnight.
             FOR rec IN
                 SELECT s.scope, s.scope_id, s.window_kind,
                        coalesce(s.threshold_percent, 80) AS threshold, s.model_match,
@@ -323,7 +325,7 @@ BEGIN
                 JOIN budget.scope_budgets s
                   ON s.tenant_id = p_tenant AND s.scope = q.scope AND s.scope_id = q.scope_id
                  AND s.kind = 'pooled'
-                WHERE u.tenant_id = p_tenant AND u.run_id = ANY(r_id)
+                WHERE u.tenant_id = p_tenant AND u.run_id = ANY(v_deciding)
                   AND cardinality(u.pool_scopes) > 0
                 GROUP BY s.scope, s.scope_id, s.window_kind, s.threshold_percent, s.model_match,
                          s.max_tokens, s.max_cost_nanos,
