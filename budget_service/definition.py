@@ -27,7 +27,11 @@ from servicekit.migrations import MigrationSet
 from servicekit.server import AppFactory, ServiceApp
 
 NAME = "budget"
-MIGRATIONS = MigrationSet("budget", "budget_service.store.migrations")
+MIGRATIONS = MigrationSet(
+    "budget",
+    "budget_service.store.migrations",
+    functions_package="budget_service.store.functions",
+)
 # An idle tenant stream reads again after this, then doubling up to its configured longest.
 TENANT_STREAM_FIRST_POLL_SECONDS = 0.02
 
