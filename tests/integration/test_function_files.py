@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
+from budget_service.definition import MIGRATIONS as BUDGET
 from ration_server import registry
 from servicekit.migrations import migrate, pending
 from tests.support import dbroles
@@ -65,5 +66,36 @@ async def test_a_file_not_recorded_yet_is_applied_with_its_grants(
             "SELECT has_function_privilege('public', 'budget.overdue_runs(integer)', 'EXECUTE')"
         )
         assert public_execute is False  # the file's REVOKE ran again
+    finally:
+        await owner.close()
+
+
+async def test_databases_that_applied_the_first_texts_of_budget_0006_and_0010_upgrade(
+    empty_database_url: str, db_roles: dbroles.Roles
+) -> None:
+    """Migrated at 772a3ac or a79d752..7a4a0a3, before those two were edited in place: the
+    old checksums are accepted and the function files re-create the current definitions
+    (the full upgrade from those commits' files is tests/integration/test_upgrades.py)."""
+    owner = await asyncpg.connect(db_roles.owner_url(empty_database_url))
+    try:
+        await migrate(owner, registry.all_migrations())
+        current = await owner.fetchval(
+            "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = 'decide_v1'"
+        )
+        for version in (6, 10):
+            (first_text,) = BUDGET.rewritten[version]
+            await owner.execute(
+                "UPDATE public.ration_migrations SET checksum = $1"
+                " WHERE schema_name = 'budget' AND version = $2",
+                first_text,
+                version,
+            )
+        await owner.execute("DROP TABLE public.ration_functions")  # as before the files
+        applied = await migrate(owner, registry.all_migrations())
+        assert "budget/functions/decide_v1" in applied
+        assert not [name for name in applied if "/functions/" not in name]
+        assert current == await owner.fetchval(
+            "SELECT pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.proname = 'decide_v1'"
+        )
     finally:
         await owner.close()
