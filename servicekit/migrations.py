@@ -166,22 +166,30 @@ def _todo(
 
 
 def _functions_todo(
-    applied: AppliedFunctions, sets: list[MigrationSet]
+    migrations: Applied, applied: AppliedFunctions, sets: list[MigrationSet]
 ) -> list[tuple[str, FunctionSource]]:
-    """The function files new or changed since they were last applied."""
-    return [
-        (mset.schema, source)
-        for mset in sets
-        for source in mset.load_functions()
-        if applied.get((mset.schema, source.name)) != source.checksum
-    ]
+    """The function files new or changed since they were last applied. None of a schema whose
+    database has numbered migrations this code does not know: it is a replica of an earlier
+    release during a rolling deploy, and must not put its older definitions back."""
+    todo = []
+    for mset in sets:
+        known = max((m.version for m in mset.load()), default=0)
+        if any(schema == mset.schema and version > known for schema, version in migrations):
+            continue
+        todo += [
+            (mset.schema, source)
+            for source in mset.load_functions()
+            if applied.get((mset.schema, source.name)) != source.checksum
+        ]
+    return todo
 
 
 async def pending(conn: asyncpg.Connection, sets: list[MigrationSet]) -> list[str]:
     """The migrations and function files this database still lacks, read without any DDL or
     lock (so the application role, which may not create anything, can check the schema)."""
-    todo = _todo(await _applied(conn), sets)
-    functions = _functions_todo(await _applied_functions(conn), sets)
+    migrations = await _applied(conn)
+    todo = _todo(migrations, sets)
+    functions = _functions_todo(migrations, await _applied_functions(conn), sets)
     return [f"{schema}/{m.version:04d}_{m.name}" for schema, m in todo] + [
         f"{schema}/functions/{f.name}" for schema, f in functions
     ]
@@ -225,7 +233,7 @@ async def _apply_functions(conn: asyncpg.Connection, sets: list[MigrationSet]) -
     """Re-creates every function whose file changed, after the migrations (which made the
     tables and types they use). Bodies are not checked at CREATE, so one file may call a
     function another file creates later; a wrong body fails when called, as any edit would."""
-    todo = _functions_todo(await _applied_functions(conn), sets)
+    todo = _functions_todo(await _applied(conn), await _applied_functions(conn), sets)
     if todo:
         await conn.execute("SET LOCAL check_function_bodies = off")
     for schema, source in todo:

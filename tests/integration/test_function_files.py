@@ -99,3 +99,32 @@ async def test_databases_that_applied_the_first_texts_of_budget_0006_and_0010_up
         )
     finally:
         await owner.close()
+
+
+async def test_a_replica_older_than_the_database_leaves_its_functions_alone(
+    database_url: str, db_roles: dbroles.Roles
+) -> None:
+    """During a rolling deploy a replica of the earlier release restarts after the new one
+    migrated: the database has a numbered migration it does not know, and its own (older)
+    function texts are neither pending nor put back."""
+    owner = await asyncpg.connect(db_roles.owner_url(database_url))
+    try:
+        newer = "CREATE OR REPLACE FUNCTION budget.usd_text(nanos bigint) RETURNS text" + (
+            " LANGUAGE sql IMMUTABLE AS $$ SELECT 'newer' $$"
+        )
+        await owner.execute(newer)
+        await owner.execute(
+            "UPDATE public.ration_functions SET checksum = 'newer'"
+            " WHERE schema_name = 'budget' AND name = 'usd_text'"
+        )
+        await owner.execute(
+            "INSERT INTO public.ration_migrations (schema_name, version, name, checksum)"
+            " VALUES ('budget', 9999, 'from_a_later_release', 'later')"
+        )
+        assert await pending(owner, registry.all_migrations()) == []
+        assert await migrate(owner, registry.all_migrations()) == []
+        assert "'newer'" in await owner.fetchval(DEFINITION)
+        await owner.execute("DELETE FROM public.ration_migrations WHERE version = 9999")
+        assert await pending(owner, registry.all_migrations()) == ["budget/functions/usd_text"]
+    finally:
+        await owner.close()
