@@ -9,3 +9,6 @@ no service; the scripted demo runs against the stack it starts.
 - `registry`: both service definitions; the one kind → settings → factory → runner switch.
 - `entry`: The `ration` console script: the Ctrl-C handler first, every other import after it.
 """
+
+# The release, semantic versioning; CHANGELOG.md says what changed and how to upgrade.
+__version__ = "0.2.0"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 # Only light imports up here: main() installs the Ctrl-C handler first, so that a signal that
 # comes during the heavy imports (grpc, asyncpg, pgserver) is recorded, not raised mid-import.
-from ration_server import registry
+from ration_server import __version__, registry
 from servicekit import logs
 from servicekit.embedded import EmbeddedPostgresError
 from servicekit.logs import say
@@ -220,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # process here forks to use gRPC in the child.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     parser = argparse.ArgumentParser(prog="ration", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("up", help="both services on one database (embedded if none is set)")
     for name in registry.SERVICES:
