@@ -16,6 +16,7 @@ import asyncpg
 import grpc
 import pytest
 
+from budget_service.adapters.webhooks import Sender
 from budget_service.usecases.notifier import Follower, Notifier
 from budget_service.usecases.notify_settings import NotifySettings
 from servicekit.db import Database
@@ -221,15 +222,15 @@ async def test_a_killed_replicas_lease_expires_and_another_takes_over(
         )
         database = Database(app_database_url, settings.database)
         await database.connect()
-        doomed = asyncio.ensure_future(
-            Follower(database, settings.webhooks[0], settings, "doomed").run()
-        )
-        await breach(alpha, "r1")
-        await receiver.wait_accepted(4)
-        await wait_delivered(db, "alpha", "ops", 4)
-        doomed.cancel()  # killed: the lease is not given up
-        with contextlib.suppress(asyncio.CancelledError):
-            await doomed
+        async with Sender() as sender:
+            follower = Follower(database, settings.webhooks[0], settings, "doomed", sender.post)
+            doomed = asyncio.ensure_future(follower.run())
+            await breach(alpha, "r1")
+            await receiver.wait_accepted(4)
+            await wait_delivered(db, "alpha", "ops", 4)
+            doomed.cancel()  # killed: the lease is not given up
+            with contextlib.suppress(asyncio.CancelledError):
+                await doomed
         await database.close()
         assert (await progress(db, "alpha", "ops"))["holder"] == "doomed"
         await breach(alpha, "r2")
