@@ -6,6 +6,8 @@ import asyncio
 import hashlib
 import hmac
 import json
+import select
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -122,14 +124,20 @@ class Receiver:
         return True
 
     def _drip(self, handler: BaseHTTPRequestHandler) -> bool:
-        """A status line, then a header one byte at a time; True when it was all sent."""
+        """A status line, then a header one byte at a time; True when it was all sent, False
+        as soon as the sender closes the connection (seen at once: the socket turns readable
+        at its end) or the receiver closes."""
         handler.wfile.write(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+        handler.wfile.flush()
         end = time.monotonic() + self._drip_seconds
-        while time.monotonic() < end:
-            if self._closing.wait(DRIP_EVERY):
-                return False
-            handler.wfile.write(b"a")  # OSError once the sender has closed the connection
+        while time.monotonic() < end and not self._closing.is_set():
+            readable, _, _ = select.select([handler.connection], [], [], DRIP_EVERY)
+            if readable and handler.connection.recv(1, socket.MSG_PEEK) == b"":
+                return False  # the sender is gone
+            handler.wfile.write(b"a")
             handler.wfile.flush()
+        if self._closing.is_set():
+            return False
         handler.wfile.write(b"\r\nContent-Length: 0\r\n\r\n")
         return True
 
