@@ -59,5 +59,7 @@ class Sender:
             async with self._session.post(
                 url, data=body, headers=dict(headers), allow_redirects=False
             ) as answer:
-                await answer.content.read(_MAX_ANSWER_BYTES)
+                left = _MAX_ANSWER_BYTES  # the whole answer (up to this much), in time
+                while left > 0 and (chunk := await answer.content.read(left)):
+                    left -= len(chunk)
                 return answer.status
