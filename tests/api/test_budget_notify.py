@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import socket
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -26,7 +28,7 @@ from servicekit.settings import Env
 from tests.support.budget import Budget
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
-from tests.support.webhooks import Receiver, ids
+from tests.support.webhooks import WAIT_SECONDS, Receiver, ids
 
 ALERTS = ["budget.threshold.crossed", "budget.exhausted", "cap.breached", "run.failed"]
 As = Callable[[str], Budget]
@@ -292,6 +294,29 @@ async def test_a_dripping_answer_ends_at_the_total_deadline() -> None:
         (cut,) = await dripping.wait_received(1)
     assert cut.status == 0  # the sender closed the connection before the answer ended
     assert cut.ended - cut.started < 10  # the answer would have dripped for an hour
+
+
+async def test_a_slow_name_lookup_holds_only_the_posts_to_that_name() -> None:
+    """36 POSTs to a name whose lookup hangs (more than a default thread pool's threads); a
+    POST to another name is answered meanwhile."""
+    released = threading.Event()
+
+    def lookup(host: str, port: int, *args: Any) -> list[tuple[Any, ...]]:
+        if host == "slow.localhost":
+            released.wait(WAIT_SECONDS)
+        return socket.getaddrinfo("127.0.0.1", port, *args)
+
+    with Receiver() as receiver:
+        url = receiver.url()
+        async with Sender(lookup) as sender:
+            slow = url.replace("127.0.0.1", "slow.localhost")
+            stuck = [asyncio.ensure_future(sender.post(slow, b"{}", {}, 60)) for _ in range(36)]
+            fast = url.replace("127.0.0.1", "fast.localhost")
+            assert await sender.post(fast, b"{}", {}, WAIT_SECONDS) == 200
+            assert not any(task.done() for task in stuck)
+            released.set()
+            assert await asyncio.gather(*stuck) == [200] * 36
+    assert len(receiver.received) == 37
 
 
 async def test_no_delivery_is_posted_twice_while_its_post_is_in_flight(
