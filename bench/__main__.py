@@ -91,6 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("wrote " + ", ".join(str(p) for p in paths.values()))
     failed = [n for n, f in results["figures"].items() if f.get("status") == "failed"]
     failed += [n for n, f in results["ceilings"].items() if f.get("status") == "failed"]
+    failed += [n for n, f in results["noisy"].items() if f.get("status") == "failed"]
     if results["sizing"].get("status") == "failed":
         failed.append("sizing")
     if failed:

@@ -266,6 +266,39 @@ def _sizing(results: dict[str, Any]) -> list[str]:
     return [*out, "", SIZING_NOTES]
 
 
+NOISY_NOTES = """\
+- noisy.notify: tenant B's `run.failed` alert, from the refused Reserve's answer to its arrival
+  at B's receiver, through one `ration notify`; alone, then while all of tenant A's 36 webhooks
+  drip (one byte every 0.2 s, each POST cut at its 3 s deadline and retried). Target: ratio ≤ 2
+  (DESIGN 5). SIGTERM: seconds from the signal to the process's exit with A's POSTs in flight.
+"""
+
+
+def _noisy(results: dict[str, Any]) -> list[str]:
+    noisy = results.get("noisy") or {}
+    if not noisy:
+        return []
+    out = [
+        "## Noisy neighbour",
+        "",
+        "| figure | B alone p50 / p99 ms | B under A p50 / p99 ms | p99 ratio | ≤ 2 | notes |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, f in noisy.items():
+        if f.get("status") != "ok":
+            out.append(f"| {name} | {_status(f)} | | | | |")
+            continue
+        ratio = f.get("ratio_p99")
+        met = "—" if ratio is None else ("yes" if ratio <= 2 else "no")
+        note = f"{f['rounds']} rounds; SIGTERM exit {_num(f['sigterm_exit_s'])} s"
+        out.append(
+            f"| {name} | {_num(f['alone_p50_ms'])} / {_num(f['alone_p99_ms'])} | "
+            f"{_num(f['under_p50_ms'])} / {_num(f['under_p99_ms'])} | {_num(ratio)} | {met} | "
+            f"{note} |"
+        )
+    return [*out, "", NOISY_NOTES]
+
+
 def markdown(results: dict[str, Any], chart_drawn: bool) -> str:
     out = [
         "# ration benchmark results",
@@ -278,6 +311,7 @@ def markdown(results: dict[str, Any], chart_drawn: bool) -> str:
         *_targets(results),
         *_ceilings(results),
         *_figures(results),
+        *_noisy(results),
         *_cpu(results),
         *_sizing(results),
     ]

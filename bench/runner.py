@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import machine, pgbench, procstat, sizing
+from bench import machine, noisy_notify, pgbench, procstat, sizing
 from bench.budget import FEW_CALLERS
 from bench.budget_flow import BudgetFlow
 from bench.database import (
@@ -44,6 +44,7 @@ FIGURES = (
     "memory.append",
     "memory.list_recency",
     "memory.list_relevance",
+    "noisy.notify",
 )
 
 
@@ -92,6 +93,8 @@ class Results:
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Worst-case entry sizing (no server): bench/sizing.py.
     sizing: dict[str, Any] = field(default_factory=dict)
+    # Tenant B alone and while tenant A is noisy, B-under-A ÷ B-alone (DESIGN 5: at most 2).
+    noisy: dict[str, dict[str, Any]] = field(default_factory=dict)
     setup: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     finished_at: str = ""
@@ -160,6 +163,8 @@ class Runner:
                 self._guarded(
                     self.results.figures, self._memory_names(), lambda: self._memory(database)
                 )
+                noisy = ["noisy.notify"] if self.config.selected("noisy.notify") else []
+                self._guarded(self.results.noisy, noisy, lambda: self._noisy_notify(database))
         finally:
             self.results.elapsed_s = round(time.monotonic() - started, 1)
             self.results.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -173,6 +178,7 @@ class Runner:
     def _all(self) -> Iterator[dict[str, Any]]:
         yield from self.results.ceilings.values()
         yield from self.results.figures.values()
+        yield from self.results.noisy.values()
         if self.results.sizing:
             yield self.results.sizing
 
@@ -310,6 +316,26 @@ class Runner:
         if names:
             with self.service("budget", database) as server:
                 BudgetFlow(self, server, names).run()
+
+    def _noisy_notify(self, database: BenchDatabase) -> None:
+        """bench/noisy_notify.py: a budget service with two tenants' tokens, `ration notify`."""
+        if not self.config.selected("noisy.notify"):
+            return
+        env = database.service_env()
+        url = env.pop("RATION_DATABASE_URL")
+        env["RATION_TOKEN_FILE"] = str(noisy_notify.token_file(self.log_dir / "tokens.json"))
+        server = start_service("budget", 1, url, self.log_dir, env)
+        with server:
+            server.wait_ready()
+            rounds = 10 if self.config.mode == "quick" else 30
+            app = {"RATION_DATABASE_URL": url}
+            figure = noisy_notify.measure(server.address, app, rounds, self.log_dir)
+        self.results.noisy["noisy.notify"] = figure
+        self.config.log(
+            f"{'noisy.notify':<30} B alone p99 {figure['alone_p99_ms']:8.2f} ms, while A's"
+            f" receivers drip p99 {figure['under_p99_ms']:8.2f} ms: x{figure['ratio_p99']}"
+            f"  (SIGTERM exit {figure['sigterm_exit_s']} s)"
+        )
 
     def _memory(self, database: BenchDatabase) -> None:
         kinds = [n for n in FIGURES if n.startswith("memory.") and self.config.selected(n)]

@@ -22,6 +22,13 @@ DEFAULT_EVENT_TYPES = (
     ev.CapBreached.event_type,
     ev.RunFailed.event_type,
 )
+# `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, signed anew at each attempt: a
+# receiver refuses a t older than REPLAY_WINDOW_SECONDS, so a captured POST cannot be replayed
+# later (Stripe's scheme).
+TIMESTAMP_SIGNATURE_HEADER = "Ration-Signature"
+REPLAY_WINDOW_SECONDS = 300
+# Deprecated (removed in the next release): `sha256=<hex>` over the body alone, which a
+# captured POST carries forever.
 SIGNATURE_HEADER = "X-Ration-Signature"
 DELIVERY_HEADER = "X-Ration-Delivery"
 EVENT_HEADER = "X-Ration-Event"
@@ -87,6 +94,31 @@ def delivery_id(webhook: Webhook, event: AlertEvent) -> str:
 def signature(secret: bytes, body: bytes) -> str:
     """`sha256=<hex>` of HMAC-SHA256 over the exact body bytes."""
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def timestamp_signature(secret: bytes, body: bytes, at: int) -> str:
+    """`t=<at>,v1=<hex>`: HMAC-SHA256 over the ASCII digits of `at`, a dot, then the body."""
+    mac = hmac.new(secret, f"{at}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={at},v1={mac}"
+
+
+def verify_timestamp_signature(
+    secret: bytes, body: bytes, header: str, now: int, window: int = REPLAY_WINDOW_SECONDS
+) -> bool:
+    """What a receiver checks: a v1 signature of this body at t, and t within `window`
+    seconds of `now` (either way: clocks differ)."""
+    fields = dict(part.partition("=")[::2] for part in header.split(","))
+    stamp = fields.get("t", "")
+    if not stamp.isdigit() or abs(now - int(stamp)) > window:
+        return False
+    expected = timestamp_signature(secret, body, int(stamp))
+    return hmac.compare_digest(expected, f"t={stamp},v1={fields.get('v1', '')}")
+
+
+def attempt_headers(webhook: Webhook, found: Alert, now: int) -> dict[str, str]:
+    """One attempt's headers: the alert's, and its body signed with the attempt's time."""
+    signed = timestamp_signature(webhook.secret, found.body, now)
+    return found.headers | {TIMESTAMP_SIGNATURE_HEADER: signed}
 
 
 def _instant(value: datetime) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,7 +13,8 @@ from typing import Any
 from budget_service.domain import input_rules as v
 from budget_service.domain.alerts import DEFAULT_EVENT_TYPES, BodyFormat, Webhook
 from budget_service.domain.tenant_events import EVENT_TYPES, MAX_FILTER_IDS
-from servicekit.settings import DatabaseSettings, Env, SettingsError
+from servicekit.labels import MetricLabels
+from servicekit.settings import DatabaseSettings, Env, SettingsError, non_loopback, parse_address
 
 WEBHOOKS_FILE = "RATION_NOTIFY_WEBHOOKS_FILE"
 _KEYS = {"id", "tenant", "url", "secret", "secret_env", "events", "projects", "format"}
@@ -24,7 +26,7 @@ class NotifySettings:
     webhooks: tuple[Webhook, ...]
     # An idle follower reads the tenant's events again after at most this long.
     poll_seconds: float
-    # One POST's time limit (connect, send, answer).
+    # One POST's total time limit: connecting, sending and the whole answer.
     timeout_seconds: float
     # Retries of a failed POST: the first after this long, doubling up to the longest.
     retry_first_seconds: float
@@ -34,6 +36,16 @@ class NotifySettings:
     # Where a webhook seen for the first time starts: "latest" (new events only) or
     # "earliest" (the tenant's whole history).
     start: str
+    # gRPC health (grpc.health.v1) and Prometheus /metrics: (host, port), or None when "off".
+    health: tuple[str, int] | None = None
+    metrics: tuple[str, int] | None = None
+    labels: MetricLabels = MetricLabels()
+
+    @property
+    def dev_mode(self) -> bool:
+        """Development: the embedded Postgres of `make run` (no RATION_DATABASE_URL). Its role
+        is the embedded server's superuser; binds are loopback only, as for the services."""
+        return self.database.url is None
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> NotifySettings:
@@ -55,8 +67,10 @@ class NotifySettings:
                 f"RATION_NOTIFY_RETRY_MIN_MS={first_ms} is invalid: must be <="
                 f" RATION_NOTIFY_RETRY_MAX_MS ({longest_ms})"
             )
+        database = DatabaseSettings.from_env(env)
+        dev_mode = database.url is None
         return cls(
-            database=DatabaseSettings.from_env(env),
+            database=database,
             webhooks=load_webhooks(path, env),
             poll_seconds=env.integer("RATION_NOTIFY_POLL_MS", 1000, minimum=10) / 1000,
             timeout_seconds=timeout_ms / 1000,
@@ -64,7 +78,26 @@ class NotifySettings:
             retry_longest_seconds=longest_ms / 1000,
             lease_seconds=float(lease),
             start=env.choice("RATION_NOTIFY_START", "latest", ("latest", "earliest")),
+            health=_listen(env, "RATION_NOTIFY_LISTEN", "127.0.0.1:50053", dev_mode),
+            metrics=_listen(env, "RATION_NOTIFY_METRICS_LISTEN", "127.0.0.1:9466", dev_mode),
+            labels=MetricLabels.from_env(env),
         )
+
+
+def _listen(env: Env, variable: str, default: str, dev_mode: bool) -> tuple[str, int] | None:
+    """host:port or "off"; loopback only in development mode (the services' rule)."""
+    value = env.text(variable, default)
+    if value.lower() == "off":
+        return None
+    host, port = parse_address(variable, value)
+    outside = non_loopback(host) if dev_mode else None
+    if outside is not None:
+        raise SettingsError(
+            f"{variable}={value!r} is refused: on the embedded database (no"
+            f" RATION_DATABASE_URL) ration notify runs in development mode and binds only"
+            f" loopback addresses ({outside})"
+        )
+    return host, port
 
 
 def _fail(where: str, problem: str) -> SettingsError:
@@ -80,13 +113,31 @@ def _strings(row: Mapping[str, Any], key: str, where: str) -> tuple[str, ...] | 
     return tuple(values)
 
 
+# Anything a request line or header cannot carry: controls (CR, LF, tab, ...), space, DEL.
+_UNSENDABLE = re.compile(r"[\x00-\x20\x7f]")
+
+
 def _url(row: Mapping[str, Any], where: str) -> str:
-    """An absolute http(s) URL. Never echoed: it may carry a credential."""
+    """An absolute http(s) URL that can be sent as written, refused at start otherwise (a URL
+    that can never be sent would be retried forever). Credentials (`user:pw@`) are refused,
+    not dropped: a receiver authenticates POSTs by their signature. Never echoed: the URL
+    may itself be a credential."""
     url = row.get("url")
-    parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
-    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+    if not isinstance(url, str):
         raise _fail(f"{where}.url", "must be an http:// or https:// URL with a host")
-    assert isinstance(url, str)
+    if _UNSENDABLE.search(url):
+        raise _fail(f"{where}.url", "has a space or a control character (CR, LF, tab...)")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise _fail(f"{where}.url", "must be an http:// or https:// URL with a host")
+    if parts.username is not None or parts.password is not None:
+        raise _fail(f"{where}.url", "has credentials (user:password@), which are refused")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise _fail(f"{where}.url", "has a port that is not a number in 1..65535")
     return url
 
 

@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import socket
+import threading
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -15,7 +17,10 @@ from typing import Any
 import asyncpg
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from budget_service.adapters.notify_metrics import NotifyMetrics
+from budget_service.adapters.webhooks import Sender
 from budget_service.usecases.notifier import Follower, Notifier
 from budget_service.usecases.notify_settings import NotifySettings
 from servicekit.db import Database
@@ -23,11 +28,12 @@ from servicekit.settings import Env
 from tests.support.budget import Budget
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
-from tests.support.webhooks import Receiver, ids
+from tests.support.webhooks import WAIT_SECONDS, Receiver, ids
 
 ALERTS = ["budget.threshold.crossed", "budget.exhausted", "cap.breached", "run.failed"]
 As = Callable[[str], Budget]
 MakeSettings = Callable[..., NotifySettings]
+OPS = {"webhook": "ops"}
 
 
 def token_file(path: Path) -> Path:
@@ -74,12 +80,14 @@ def make_settings(tmp_path: Path, app_database_url: str) -> MakeSettings:
 
 
 @contextlib.asynccontextmanager
-async def notifying(settings: NotifySettings, holder: str | None = None) -> AsyncIterator[Notifier]:
+async def notifying(
+    settings: NotifySettings, holder: str | None = None, metrics: NotifyMetrics | None = None
+) -> AsyncIterator[Notifier]:
     """A notify process's work in this one: stopped (its leases given up) on leaving."""
     assert settings.database.url is not None
     database = Database(settings.database.url, settings.database)
     await database.connect()
-    notifier = Notifier(database, settings, holder=holder)
+    notifier = Notifier(database, settings, holder=holder, metrics=metrics)
     task = asyncio.ensure_future(notifier.run())
     try:
         yield notifier
@@ -221,15 +229,15 @@ async def test_a_killed_replicas_lease_expires_and_another_takes_over(
         )
         database = Database(app_database_url, settings.database)
         await database.connect()
-        doomed = asyncio.ensure_future(
-            Follower(database, settings.webhooks[0], settings, "doomed").run()
-        )
-        await breach(alpha, "r1")
-        await receiver.wait_accepted(4)
-        await wait_delivered(db, "alpha", "ops", 4)
-        doomed.cancel()  # killed: the lease is not given up
-        with contextlib.suppress(asyncio.CancelledError):
-            await doomed
+        async with Sender() as sender:
+            follower = Follower(database, settings.webhooks[0], settings, "doomed", sender.post)
+            doomed = asyncio.ensure_future(follower.run())
+            await breach(alpha, "r1")
+            await receiver.wait_accepted(4)
+            await wait_delivered(db, "alpha", "ops", 4)
+            doomed.cancel()  # killed: the lease is not given up
+            with contextlib.suppress(asyncio.CancelledError):
+                await doomed
         await database.close()
         assert (await progress(db, "alpha", "ops"))["holder"] == "doomed"
         await breach(alpha, "r2")
@@ -254,3 +262,119 @@ async def test_two_replicas_deliver_each_alert_once(as_: As, make_settings: Make
     assert counts == [0, 8]  # one lease holder delivered everything
     assert len(set(ids(accepted))) == 8
     assert sorted(r.json()["runId"] for r in accepted) == ["r1"] * 4 + ["r2"] * 4
+
+
+async def test_a_tenants_alerts_arrive_while_another_tenants_receivers_drip(
+    as_: As, make_settings: MakeSettings
+) -> None:
+    """Tenant alpha's 36 webhooks answer one byte at a time, forever (more POSTs than a
+    default thread pool has threads); beta's alert still arrives."""
+    with Receiver(drip=("*",)) as dripping, Receiver() as receiver:
+        hooks = [
+            {"id": f"a{i}", "tenant": "alpha", "url": dripping.url(), "secret": "s"}
+            for i in range(36)
+        ]
+        hooks.append({"id": "b", "tenant": "beta", "url": receiver.url(), "secret": "s"})
+        async with notifying(make_settings(hooks, RATION_DB_POOL_MAX="4")):
+            await breach(as_("alpha"), "r-alpha")
+            await dripping.wait_in_flight(6)
+            await breach(as_("beta"), "r-beta")
+            accepted = await receiver.wait_accepted(4)
+        assert dripping.accepted() == []
+    assert [r.json()["type"] for r in accepted] == ALERTS
+    assert {r.json()["tenant"] for r in accepted} == {"beta"}
+
+
+async def test_a_dripping_answer_ends_at_the_total_deadline() -> None:
+    """Each read gets a byte in time; the POST as a whole is cut at its deadline."""
+    with Receiver(drip=("*",)) as dripping:
+        async with Sender() as sender:
+            with pytest.raises(TimeoutError):
+                await sender.post(dripping.url(), b"{}", {}, 1.0)
+        (cut,) = await dripping.wait_received(1)
+    assert cut.status == 0  # the sender closed the connection before the answer ended
+    assert cut.ended - cut.started < 10  # the answer would have dripped for an hour
+
+
+async def test_a_slow_name_lookup_holds_only_the_posts_to_that_name() -> None:
+    """36 POSTs to a name whose lookup hangs (more than a default thread pool's threads); a
+    POST to another name is answered meanwhile."""
+    released = threading.Event()
+
+    def lookup(host: str, port: int, *args: Any) -> list[tuple[Any, ...]]:
+        if host == "slow.localhost":
+            released.wait(WAIT_SECONDS)
+        return socket.getaddrinfo("127.0.0.1", port, *args)
+
+    with Receiver() as receiver:
+        url = receiver.url()
+        async with Sender(lookup) as sender:
+            slow = url.replace("127.0.0.1", "slow.localhost")
+            stuck = [asyncio.ensure_future(sender.post(slow, b"{}", {}, 60)) for _ in range(36)]
+            fast = url.replace("127.0.0.1", "fast.localhost")
+            assert await sender.post(fast, b"{}", {}, WAIT_SECONDS) == 200
+            assert not any(task.done() for task in stuck)
+            released.set()
+            assert await asyncio.gather(*stuck) == [200] * 36
+    assert len(receiver.received) == 37
+
+
+async def test_no_delivery_is_posted_twice_while_its_post_is_in_flight(
+    as_: As, make_settings: MakeSettings
+) -> None:
+    """Two replicas; the first POSTs drip for twice the lease. Each is cut at the deadline and
+    retried by the lease holder (a second later: the receiver sees the cut POST end first);
+    the other replica never sends one meanwhile."""
+    with Receiver(drip=("*",), drip_seconds=6, drips=3) as receiver:
+        settings = make_settings(
+            [{"id": "ops", "tenant": "alpha", "url": receiver.url(), "secret": "s"}],
+            RATION_NOTIFY_RETRY_MIN_MS="1000",
+            RATION_NOTIFY_RETRY_MAX_MS="1000",
+        )
+        async with notifying(settings, holder="a") as a, notifying(settings, holder="b") as b:
+            await breach(as_("alpha"), "r")
+            accepted = await receiver.wait_accepted(4)
+            counts = sorted([a.followers[0].delivered, b.followers[0].delivered])
+        received = receiver.received
+    assert max(receiver.most_in_flight.values()) == 1
+    assert counts == [0, 4]
+    first = [r for r in received if r.delivery_id == accepted[0].delivery_id]
+    assert [r.status for r in first] == [0, 0, 0, 200]  # cut three times, then taken
+    assert [r.json()["type"] for r in accepted] == ALERTS
+
+
+async def test_metrics_count_deliveries_failures_and_retries_per_webhook(
+    as_: As, make_settings: MakeSettings
+) -> None:
+    with Receiver(failures=2) as receiver:
+        settings = make_settings(
+            [{"id": "ops", "tenant": "alpha", "url": receiver.url(), "secret": "s"}]
+        )
+        registry = CollectorRegistry()
+        async with notifying(settings, metrics=NotifyMetrics(registry, settings.labels)):
+            await breach(as_("alpha"), "r")
+            await receiver.wait_accepted(4)
+            for _ in range(3000):  # bounded: until the fourth acknowledgement is counted
+                if registry.get_sample_value("ration_notify_deliveries_total", OPS) == 4:
+                    break
+                await asyncio.sleep(0.01)
+            samples = {
+                name: registry.get_sample_value(name, labels)
+                for name, labels in (
+                    ("ration_notify_deliveries_total", OPS),
+                    ("ration_notify_retries_total", OPS),
+                    ("ration_notify_failures_total", OPS | {"outcome": "http_5xx"}),
+                    ("ration_notify_leases", OPS),
+                )
+            }
+            lag = registry.get_sample_value("ration_notify_lag_seconds", OPS)
+    assert samples == {
+        "ration_notify_deliveries_total": 4,
+        "ration_notify_retries_total": 2,
+        "ration_notify_failures_total": 2,
+        "ration_notify_leases": 1,
+    }
+    assert lag is not None
+    assert lag >= 0
+    text = generate_latest(registry).decode()
+    assert "alpha" not in text  # the tenant is a label only when the operator opts in

@@ -1,8 +1,9 @@
 """Every dashboard panel and alert rule, evaluated by a real Prometheus scraping both services.
 
 Both services run as subprocesses (`ration budget serve`, `ration memory serve`) on one migrated
-database; Prometheus (Debian's `prometheus` package) runs with the shipped scrape config, pointed
-at their metrics ports with a 1 s interval, and loads the shipped alert rules. Traffic through the
+database, with `ration notify` delivering the tenant's alerts to a receiver on loopback;
+Prometheus (Debian's `prometheus` package) runs with the shipped scrape config, pointed at their
+metrics ports with a 1 s interval, and loads the shipped alert rules. Traffic through the
 real gRPC APIs exercises every metric, twice, with a scrape in between, so that counters have
 increased inside every rate window and histograms have observations to take quantiles of.
 
@@ -53,6 +54,7 @@ from ration.memory.v1 import memory_service_pb2 as ms
 from ration.memory.v1 import memory_service_pb2_grpc
 from tests.support.postgres import with_database
 from tests.support.procs import BIN, ROOT, Proc, clean_env
+from tests.support.webhooks import Receiver
 
 pytestmark = pytest.mark.system
 
@@ -82,6 +84,8 @@ SCENARIO_OF_METRIC = (
     ("ration_memory_", "memory-writes"),
 )
 NANOS = 1_000_000_000
+# The jobs Prometheus scrapes: both services and `ration notify`.
+SCRAPED = ("budget", "memory", "notify")
 # Each dashboard's own service, the Prometheus job it is scraped as, and its RPC names.
 OWN_SERVICE = {
     "budget": budget_service_pb2.DESCRIPTOR.services_by_name["BudgetService"],
@@ -527,11 +531,25 @@ def stack(
     services = {
         name: Proc.start([str(BIN / "ration"), name, "serve"], env) for name in ("budget", "memory")
     }
+    # `ration notify` beside them, delivering the development tenant's alerts to a receiver.
+    receiver = Receiver().__enter__()
+    hooks = tmp / "webhooks.json"
+    row = {"id": "observability", "tenant": "dev", "url": receiver.url(), "secret": "s"}
+    hooks.write_text(json.dumps({"webhooks": [row]}))
+    notify_env = env | {
+        "RATION_NOTIFY_WEBHOOKS_FILE": str(hooks),
+        "RATION_NOTIFY_LISTEN": "127.0.0.1:0",
+        "RATION_NOTIFY_METRICS_LISTEN": "127.0.0.1:0",
+        "RATION_NOTIFY_POLL_MS": "100",
+    }
+    services["notify"] = Proc.start([str(BIN / "ration"), "notify"], notify_env)
     prometheus: subprocess.Popen[bytes] | None = None
     try:
-        for proc in services.values():
-            proc.wait_for("ready:")
-        addresses = {name: proc.addresses[name] for name, proc in services.items()}
+        for name, proc in services.items():
+            proc.wait_for("notify: " if name == "notify" else "ready:")
+        words = services["notify"].lines[-1].split()
+        services["notify"].metrics["notify"] = words[words.index("metrics") + 1]
+        addresses = {name: services[name].addresses[name] for name in ("budget", "memory")}
         metrics = {name: host_port(proc.metrics[name]) for name, proc in services.items()}
         config = tmp / "prometheus.yml"
         config.write_text(yaml.safe_dump(prometheus_config(metrics)))
@@ -575,11 +593,12 @@ def stack(
             prometheus.wait(timeout=30)
         for proc in services.values():
             proc.stop()
+        receiver.__exit__(None, None, None)
 
 
 def scraped_after(stack: Stack, started: float) -> bool:
     targets = stack.api("targets")["data"]["activeTargets"]
-    if len(targets) != 2:
+    if len(targets) != len(SCRAPED):
         return False
     for target in targets:
         last = target.get("lastScrape", "")
@@ -594,9 +613,9 @@ def scraped_after(stack: Stack, started: float) -> bool:
 # ---- the tests -----------------------------------------------------------------------------------
 
 
-def test_prometheus_scrapes_both_services(stack: Stack) -> None:
+def test_prometheus_scrapes_both_services_and_notify(stack: Stack) -> None:
     targets = stack.api("targets")["data"]["activeTargets"]
-    assert {t["labels"]["job"]: t["health"] for t in targets} == {"budget": "up", "memory": "up"}
+    assert {t["labels"]["job"]: t["health"] for t in targets} == dict.fromkeys(SCRAPED, "up")
 
 
 def test_prometheus_loads_and_evaluates_every_alert_rule(stack: Stack) -> None:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from budget_service.usecases.notify_settings import NotifySettings
 from budget_service.usecases.settings import BudgetSettings
 from memory_service.usecases.settings import MemorySettings
 from servicekit import pgroles
@@ -258,9 +259,28 @@ def test_compose_file_parses_into_the_full_stack() -> None:
         "migrate",
         "budget",
         "memory",
+        "notify",
         "prometheus",
         "grafana",
     }
+
+
+def test_compose_notify_reads_its_webhooks_and_is_scraped_and_probed() -> None:
+    env = container_env("notify")
+    settings = NotifySettings.from_env(Env(env))
+    assert service("notify")["command"] == ["notify"]
+    assert not settings.dev_mode
+    assert settings.metrics == ("notify", 9466)
+    assert settings.health is not None
+    assert set(published("notify")) == {settings.metrics[1]}
+    assert f"'127.0.0.1:{settings.health[1]}'" in service("notify")["healthcheck"]["test"][-1]
+    scrape = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in scrape["scrape_configs"]}
+    assert jobs["notify"]["static_configs"][0]["targets"] == ["notify:9466"]
+    assert service("notify")["depends_on"]["migrate"] == {
+        "condition": "service_completed_successfully"
+    }
+    assert service("notify")["read_only"] is True
 
 
 def test_every_file_compose_builds_from_or_mounts_exists() -> None:

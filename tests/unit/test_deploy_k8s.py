@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from budget_service.usecases.notify_settings import NotifySettings
 from budget_service.usecases.settings import BudgetSettings
 from memory_service.usecases.settings import MemorySettings
 from servicekit.auth import TokenTable
@@ -142,7 +143,49 @@ def test_no_metrics_bind_of_the_manifests_is_every_interface(tmp_path: Path) -> 
         assert host not in WILDCARDS, f"{name}: {variable}={env[variable]}"
 
 
-@pytest.mark.parametrize("name", ["ration-budget", "ration-memory", "ration-migrate"])
+def test_notify_deployment_reads_its_webhooks_and_probes_its_health(tmp_path: Path) -> None:
+    """`ration notify` as the pod starts it: the Secret's webhooks file, health and /metrics on
+    the pod IP, gRPC probes on the health port, a Service for the scrapes."""
+    deployment = one("Deployment", "ration-notify")
+    main = container(deployment)
+    assert main["args"] == ["notify"]
+    (example,) = [doc for _, doc in manifests("secret.example.yaml")]
+    pod = deployment["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    (item,) = volume["secret"]["items"]
+    assert volume["secret"]["secretName"] == example["metadata"]["name"]
+    mount = next(m for m in main["volumeMounts"] if m["name"] == volume["name"])
+    webhooks = tmp_path / item["path"]
+    webhooks.write_text(example["stringData"][item["key"]])
+    env = pod_env(deployment, tmp_path / "tokens.json")
+    assert env["RATION_NOTIFY_WEBHOOKS_FILE"] == f"{mount['mountPath']}/{item['path']}"
+    env["RATION_NOTIFY_WEBHOOKS_FILE"] = str(webhooks)
+    settings = NotifySettings.from_env(Env(env))
+    assert not settings.dev_mode
+    assert settings.health is not None
+    assert settings.metrics is not None
+    assert settings.health[0] == settings.metrics[0] == POD_IP
+    ports = {port["name"]: port["containerPort"] for port in main["ports"]}
+    assert ports == {"health": settings.health[1], "metrics": settings.metrics[1]}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert main[probe]["grpc"]["port"] == settings.health[1]
+    assert deployment["spec"]["replicas"] >= 2, "leases let a second replica take over"
+    service = one("Service", "ration-notify")
+    assert service["spec"]["selector"].items() <= pod_labels(deployment).items()
+    assert {(p["name"], p["port"]) for p in service["spec"]["ports"]} == {
+        ("health", settings.health[1]),
+        ("metrics", settings.metrics[1]),
+    }
+
+
+def pod_labels(deployment: Manifest) -> dict[str, str]:
+    labels: dict[str, str] = deployment["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+@pytest.mark.parametrize(
+    "name", ["ration-budget", "ration-memory", "ration-notify", "ration-migrate"]
+)
 def test_pods_run_non_root_with_a_read_only_root_and_no_capabilities(name: str) -> None:
     kind = "Job" if name == "ration-migrate" else "Deployment"
     pod = one(kind, name)["spec"]["template"]["spec"]
@@ -224,7 +267,11 @@ def test_service_monitor_scrapes_the_metrics_port_of_both_services() -> None:
     selected = [
         s for s in services if s["metadata"]["labels"][expression["key"]] in expression["values"]
     ]
-    assert {s["metadata"]["name"] for s in selected} == {"ration-budget", "ration-memory"}
+    assert {s["metadata"]["name"] for s in selected} == {
+        "ration-budget",
+        "ration-memory",
+        "ration-notify",
+    }
     for endpoint in monitor["spec"]["endpoints"]:
         assert endpoint["path"] == "/metrics"
         for svc in selected:

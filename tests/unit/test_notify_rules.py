@@ -18,8 +18,10 @@ from budget_service.domain.alerts import (
     RetryBackoff,
     Webhook,
     alert,
+    attempt_headers,
     delivery_id,
     summary,
+    verify_timestamp_signature,
 )
 from budget_service.domain.tenant_events import START, Position, parse_cursor
 from budget_service.usecases.notify_settings import NotifySettings
@@ -214,3 +216,69 @@ def test_bad_files_and_settings_are_refused(tmp_path: Path) -> None:
         settings_with(tmp_path, {"webhooks": [row]}, RATION_NOTIFY_START="yesterday")
     with pytest.raises(SettingsError, match="RATION_NOTIFY_WEBHOOKS_FILE is required"):
         NotifySettings.from_env(Env({}))
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("http://127.0.0.1:abc/hook", "port"),
+        ("http://127.0.0.1:0/hook", "port"),
+        ("http://127.0.0.1:70000/hook", "port"),
+        ("http://127.0.0.1/a b", "space or a control character"),
+        ("http://127.0.0.1/a\r\nX-Injected: 1", "space or a control character"),
+        ("http://127.0.0.1/a\nb", "space or a control character"),
+        ("http://127.0.0.1/a\tb", "space or a control character"),
+        ("http://user:pw@127.0.0.1/hook", "credentials"),
+        ("https://user@hooks.example.com/hook", "credentials"),
+        ("ftp://127.0.0.1/hook", "http:// or https://"),
+        ("file:///etc/passwd", "http:// or https://"),
+        ("http:///no-host", "http:// or https://"),
+    ],
+)
+def test_a_url_that_can_never_be_sent_is_refused_naming_its_row(
+    tmp_path: Path, url: str, problem: str
+) -> None:
+    good = {"id": "ok", "tenant": "acme", "url": HOOK_URL, "secret": SECRET}
+    bad = {"id": "bad", "tenant": "acme", "url": url, "secret": SECRET}
+    with pytest.raises(SettingsError) as refused:
+        settings_with(tmp_path, {"webhooks": [good, bad]})
+    message = str(refused.value)
+    assert "webhooks[1].url" in message
+    assert problem in message
+    assert "pw@" not in message  # the URL is never echoed
+    assert "/hook" not in message
+
+
+def test_the_timestamped_signature_covers_time_and_body_and_expires() -> None:
+    posted = alert(hook(), event())
+    headers = attempt_headers(hook(), posted, 1_700_000_000)
+    signed = headers["Ration-Signature"]
+    mac = hmac.new(SECRET.encode(), b"1700000000." + posted.body, hashlib.sha256).hexdigest()
+    assert signed == f"t=1700000000,v1={mac}"
+    assert headers["X-Ration-Signature"] == posted.headers["X-Ration-Signature"]  # kept
+    secret = SECRET.encode()
+    assert verify_timestamp_signature(secret, posted.body, signed, 1_700_000_000 + 300)
+    assert not verify_timestamp_signature(secret, posted.body, signed, 1_700_000_000 + 301)
+    assert not verify_timestamp_signature(secret, posted.body + b" ", signed, 1_700_000_000)
+    assert not verify_timestamp_signature(b"other", posted.body, signed, 1_700_000_000)
+    replayed = signed.replace("t=1700000000", "t=1700000900")  # a new time, the old mac
+    assert not verify_timestamp_signature(secret, posted.body, replayed, 1_700_000_900)
+    assert not verify_timestamp_signature(secret, posted.body, "garbage", 1_700_000_000)
+
+
+def test_notify_binds_only_loopback_on_the_embedded_database(tmp_path: Path) -> None:
+    row = {"id": "a", "tenant": "acme", "url": HOOK_URL, "secret": SECRET}
+    everywhere = {"RATION_NOTIFY_METRICS_LISTEN": "0.0.0.0:9466"}
+    with pytest.raises(SettingsError, match="RATION_NOTIFY_METRICS_LISTEN"):
+        settings_with(tmp_path, {"webhooks": [row]}, **everywhere)
+    with pytest.raises(SettingsError, match="RATION_NOTIFY_LISTEN"):
+        settings_with(tmp_path, {"webhooks": [row]}, RATION_NOTIFY_LISTEN="0.0.0.0:50053")
+    dev = settings_with(tmp_path, {"webhooks": [row]})
+    assert dev.dev_mode
+    assert (dev.health, dev.metrics) == (("127.0.0.1", 50053), ("127.0.0.1", 9466))
+    url = {"RATION_DATABASE_URL": "postgresql://app@db/ration"}
+    deployed = settings_with(tmp_path, {"webhooks": [row]}, **everywhere, **url)
+    assert not deployed.dev_mode
+    assert deployed.metrics == ("0.0.0.0", 9466)
+    off = settings_with(tmp_path, {"webhooks": [row]}, RATION_NOTIFY_METRICS_LISTEN="off")
+    assert off.metrics is None
