@@ -60,6 +60,7 @@ class Config:
     runs: int = 1_000
     append_samples: int = 250
     mode: str = "full"
+    shared_server: bool = False
     log: Callable[[str], None] = print
 
     def selected(self, name: str) -> bool:
@@ -140,7 +141,7 @@ class Runner:
         self.results.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         try:
             self._sizing()
-            with postgres_server() as server, bench_database(server) as database:
+            with postgres_server(self.config.shared_server) as server, bench_database(server) as database:
                 url = database.url
                 self._find_postmaster(url)
                 self.results.machine = machine.describe(server_version(url), server.source)
