@@ -92,14 +92,28 @@ class OwnCluster:
 
     def start(self) -> str:
         self._run(
-            str(self.bin_dir / "initdb"), "-D", str(self.data), "-U", "postgres",
-            "--auth=trust", "-E", "UTF8", "--no-sync",
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
         )
         options = " ".join(f"-c {s}" for s in (*self.SETTINGS, f"port={self.port}"))
         options += f" -c unix_socket_directories={self.root}"
         self._run(
-            str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"),
-            "-o", options, "-w", "start",
+            str(self.bin_dir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-o",
+            options,
+            "-w",
+            "start",
         )
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 

@@ -141,7 +141,10 @@ class Runner:
         self.results.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         try:
             self._sizing()
-            with postgres_server(self.config.shared_server) as server, bench_database(server) as database:
+            with (
+                postgres_server(self.config.shared_server) as server,
+                bench_database(server) as database,
+            ):
                 url = database.url
                 self._find_postmaster(url)
                 self.results.machine = machine.describe(server_version(url), server.source)
