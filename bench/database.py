@@ -200,6 +200,16 @@ def bench_database(server: Server) -> Iterator[BenchDatabase]:
         )
 
 
+def no_autovacuum(schema: str) -> str:
+    """Autovacuum off on every table of `schema` of the (throwaway) bench database: figures
+    that must not depend on statistics are then measured without any, deterministically."""
+    return (
+        "DO $$ DECLARE t text; BEGIN FOR t IN SELECT tablename FROM pg_tables"
+        f" WHERE schemaname = '{schema}' LOOP EXECUTE format("
+        f"'ALTER TABLE {schema}.%I SET (autovacuum_enabled = off)', t); END LOOP; END $$"
+    )
+
+
 def server_version(url: str) -> str:
     return asyncio.run(admin(url, "SELECT version()"))[0]
 
