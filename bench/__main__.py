@@ -43,6 +43,12 @@ def parse(argv: Sequence[str] | None) -> tuple[Config, Path]:
     parser.add_argument("--sizes", default="200,1000,5000", help="memory sizes (entries)")
     parser.add_argument("--runs", type=int, default=1_000, help="runs for the spread figures")
     parser.add_argument(
+        "--shared-server",
+        action="store_true",
+        help="use the local server on 127.0.0.1:5432 instead of a throwaway cluster of the "
+        "bench's own (its Postgres CPU then counts every client of that server)",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         help="report directory (default bench/ for a full run, bench/results/partial otherwise)",
@@ -71,6 +77,7 @@ def parse(argv: Sequence[str] | None) -> tuple[Config, Path]:
         only=only,
         runs=args.runs,
         mode=mode,
+        shared_server=args.shared_server,
     )
     out = args.out or (HERE if mode == "full" else HERE / "results" / "partial")
     return config, out

@@ -7,6 +7,8 @@ import contextlib
 import os
 import secrets
 import shutil
+import socket
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,15 +58,90 @@ async def admin(url: str, *statements: str) -> list[str]:
         await conn.close()
 
 
+def _system_bin_dir() -> Path | None:
+    """The newest PostgreSQL installed by the system packages (Debian's layout), if any."""
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: p.parts[-3])
+    return found[-1].parent if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OwnCluster:
+    """A throwaway cluster of the bench's own, so that the Postgres CPU it reports is only the
+    bench's: initdb with the system's binaries into a temporary directory (as the `postgres`
+    user when run as root: initdb refuses root), on a free loopback port, removed at the end."""
+
+    SETTINGS = ("max_connections=200", "listen_addresses=127.0.0.1", "fsync=on")
+
+    def __init__(self, bin_dir: Path) -> None:
+        self.bin_dir = bin_dir
+        self.root = Path(tempfile.mkdtemp(prefix="ration-bench-cluster-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+
+    def _run(self, *argv: str) -> None:
+        prefix: list[str] = []
+        if os.geteuid() == 0:
+            prefix = ["runuser", "-u", "postgres", "--"]
+            shutil.chown(self.root, "postgres")
+        subprocess.run([*prefix, *argv], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> str:
+        self._run(
+            str(self.bin_dir / "initdb"),
+            "-D",
+            str(self.data),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        )
+        options = " ".join(f"-c {s}" for s in (*self.SETTINGS, f"port={self.port}"))
+        options += f" -c unix_socket_directories={self.root}"
+        self._run(
+            str(self.bin_dir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-o",
+            options,
+            "-w",
+            "start",
+        )
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        with contextlib.suppress(subprocess.SubprocessError, OSError):
+            self._run(str(self.bin_dir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "stop")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 @contextlib.contextmanager
-def postgres_server() -> Iterator[Server]:
-    """BENCH_DATABASE_URL, else the local server on 5432 if it answers, else embedded pgserver."""
+def postgres_server(shared: bool = False) -> Iterator[Server]:
+    """The bench's own throwaway cluster (system binaries, else embedded pgserver), so Postgres
+    CPU counts only the bench's work. BENCH_DATABASE_URL, or `shared` (the local server on 5432)
+    measure a server other clients may use too: its CPU figure then includes theirs."""
     url = os.environ.get("BENCH_DATABASE_URL")
     if url:
-        yield Server(url, "BENCH_DATABASE_URL")
+        yield Server(url, "BENCH_DATABASE_URL (shared: its CPU includes other clients)")
         return
-    if asyncio.run(_answers(LOCAL_URL)):
-        yield Server(LOCAL_URL, "local server 127.0.0.1:5432")
+    if shared and asyncio.run(_answers(LOCAL_URL)):
+        yield Server(LOCAL_URL, "shared local server 127.0.0.1:5432 (CPU includes other clients)")
+        return
+    bin_dir = _system_bin_dir()
+    if bin_dir is not None:
+        cluster = OwnCluster(bin_dir)
+        try:
+            yield Server(cluster.start(), f"own cluster ({bin_dir.parent.name}, initdb)", bin_dir)
+        finally:
+            cluster.stop()
         return
     from servicekit.embedded import EmbeddedPostgres
 
@@ -74,7 +151,7 @@ def postgres_server() -> Iterator[Server]:
         import pgserver
 
         bin_dir = Path(pgserver.__file__).parent / "pginstall" / "bin"
-        yield Server(embedded.start(), "embedded pgserver", bin_dir)
+        yield Server(embedded.start(), "own cluster (embedded pgserver)", bin_dir)
     finally:
         embedded.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
@@ -121,6 +198,16 @@ def bench_database(server: Server) -> Iterator[BenchDatabase]:
         asyncio.run(
             admin(server.url, f'DROP ROLE IF EXISTS "{app}"', f'DROP ROLE IF EXISTS "{owner}"')
         )
+
+
+def no_autovacuum(schema: str) -> str:
+    """Autovacuum off on every table of `schema` of the (throwaway) bench database: figures
+    that must not depend on statistics are then measured without any, deterministically."""
+    return (
+        "DO $$ DECLARE t text; BEGIN FOR t IN SELECT tablename FROM pg_tables"
+        f" WHERE schemaname = '{schema}' LOOP EXECUTE format("
+        f"'ALTER TABLE {schema}.%I SET (autovacuum_enabled = off)', t); END LOOP; END $$"
+    )
 
 
 def server_version(url: str) -> str:

@@ -33,9 +33,10 @@ _DETAILS = (
 )  # fmt: skip
 
 
-def memory_ref(size: int, copy: int = 0) -> str:
-    """The memory ListMemory reads at `size` is copy 0; appends also use further copies."""
-    return f"bench/memory-{size}" if copy == 0 else f"bench/memory-{size}-{copy}"
+def memory_ref(size: int, copy: int = 0, kind: str = "memory") -> str:
+    """The memory ListMemory reads at `size` is copy 0; appends also use further copies; the
+    never-analyzed append figure uses memories of its own (`kind` "fresh")."""
+    return f"bench/{kind}-{size}" if copy == 0 else f"bench/{kind}-{size}-{copy}"
 
 
 def entry_text(index: int) -> str:

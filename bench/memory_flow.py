@@ -13,7 +13,7 @@ import grpc
 
 from bench import memory
 from bench.caller import describe, unavailable
-from bench.database import admin
+from bench.database import admin, no_autovacuum
 from bench.servers import ServerProcess
 
 if TYPE_CHECKING:
@@ -65,12 +65,21 @@ class MemoryFlow:
 
     def run(self) -> None:
         appends = "memory.append" in self.kinds
-        plan = {s: self.config.append_plan(s) if appends else (0, 1) for s in self.sizes}
+        fresh = "memory.append_fresh" in self.kinds
+        plan = {s: self.config.append_plan(s) if appends or fresh else (0, 1) for s in self.sizes}
         start = {
             memory.memory_ref(size, k): size - window
             for size, (window, copies) in plan.items()
-            for k in range(copies)
+            for k in range(copies if appends else 1)
         }
+        if fresh:
+            # A fresh deployment: the tables were never analyzed, and stay so until settle().
+            asyncio.run(admin(self.url, no_autovacuum("memory")))
+            start.update(
+                (memory.memory_ref(size, k, "fresh"), size - window)
+                for size, (window, copies) in plan.items()
+                for k in range(copies)
+            )
         try:
             self.prefill(start)
         except Unavailable as error:
@@ -78,6 +87,9 @@ class MemoryFlow:
                 [n for k in self.kinds for n in self.names(k)], error.status, error.reason
             )
             return
+        if fresh:
+            for size in self.sizes:
+                self.appends(size, *plan[size], kind="fresh")
         self.settle()
         if appends:
             for size in self.sizes:
@@ -117,10 +129,11 @@ class MemoryFlow:
             asyncio.run(admin(self.url, "CHECKPOINT"))
         self.runner.results.setup["memory.settle_seconds"] = round(time.monotonic() - began, 2)
 
-    def appends(self, size: int, window: int, copies: int) -> None:
+    def appends(self, size: int, window: int, copies: int, kind: str = "memory") -> None:
         """Sequential single-entry appends, round robin over `copies` memories of `size - window`
-        entries, each growing by at most `window`; then the first is topped up to `size`."""
-        refs = [memory.memory_ref(size, k) for k in range(copies)]
+        entries, each growing by at most `window`; then the first is topped up to `size` (not
+        the `fresh` ones: nothing lists them)."""
+        refs = [memory.memory_ref(size, k, kind) for k in range(copies)]
         spec = self.config.spec(
             "memory.append",
             self.server.address,
@@ -131,6 +144,12 @@ class MemoryFlow:
             max_ops=min(window * copies, self.config.append_samples),
         )
         figure = self.runner.load(spec, self.server)
+        if kind == "fresh":
+            figure.update(memories=copies, entries_from=size - window, analyzed=False)
+            self.runner.record(
+                self.runner.results.figures, f"memory.append_fresh.{size}", {**figure, "size": size}
+            )
+            return
         appended = -(-int(figure.get("ops", 0)) // copies)  # the first memory gets the most
 
         async def top_up(m: memory.Memories) -> int:

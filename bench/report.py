@@ -28,7 +28,26 @@ CEILINGS: dict[str, list[tuple[str, str, str, str]]] = {
         ("echo", "p99_ms", "p99_ms", "echo p99"),
         ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
     ],
+    "budget.pairs_1": [
+        ("echo_1", "p50_ms", "p50_ms", "echo (1 caller) p50"),
+        ("pgbench.one", "p50_ms", "p50_ms", "one-client commit p50"),
+        ("floor.pair_1", "p50_ms", "op_p50_ms", "pair floor p50"),
+    ],
+    "budget.check_1": [
+        ("echo_1", "p50_ms", "p50_ms", "echo (1 caller) p50"),
+        ("echo_1", "p99_ms", "p99_ms", "echo (1 caller) p99"),
+    ],
+    "budget.pairs_big_tenant": [
+        ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
+    ],
+    "budget.pairs_hot_big": [
+        ("echo", "rpc_per_s", "rpc_per_s", "echo RPC/s"),
+    ],
     "memory.append": [
+        ("echo", "p50_ms", "p50_ms", "echo p50"),
+        ("pgbench.spread", "p50_ms", "p50_ms", "pgbench spread p50"),
+    ],
+    "memory.append_fresh": [
         ("echo", "p50_ms", "p50_ms", "echo p50"),
         ("pgbench.spread", "p50_ms", "p50_ms", "pgbench spread p50"),
     ],
@@ -52,9 +71,18 @@ NOTES = f"""\
   over `memories` memories of that size, each starting at `entries_from` and growing by at most
   max(50, size/20) appends, so every sample is taken at or just below the size; the first memory
   is then topped up to exactly that size for ListMemory.
+- AppendEntries, never analyzed (`memory.append_fresh`): the same appends on memories of their
+  own, measured right after the prefill with autovacuum off on the memory tables, before the
+  VACUUM (ANALYZE) that precedes every other memory figure: a fresh deployment's first writes.
 - ListMemory: token budget 800 in o200k_base; relevance ranks with a fixed query.
 - Reserve+Consume at {FEW_CALLERS} callers is compared with echo at {FEW_CALLERS} callers
   (`echo_{FEW_CALLERS}`).
+- One caller (`budget.pairs_1`, `budget.check_1`, `echo_1`, `pgbench.one`): the latency a lone
+  agent sees; the floor of a pair is two round trips and two commits (`floor.pair_1`).
+- Tenant size: `budget.pairs_big_tenant` is `budget.pairs_spread` again after the tenant grew (in
+  SQL, copies of rows the service wrote) to 100k runs holding 1M holds, one in ten open;
+  `budget.pairs_hot_big` is `budget.pairs_hot` after 100k settled holds on the hot run. The budget
+  tables are never analyzed during the run (autovacuum off on them), as on a fresh deployment.
 - pgbench: single-row `UPDATE … SET n = n + 1` in autocommit (`-n -M prepared`), one hot row
   or a random row of 10,000; it runs alone, before any service starts.
 """

@@ -35,13 +35,20 @@ FIGURES = (
     "sizing",
     "pgbench.hot",
     "pgbench.spread",
+    "pgbench.one",
     "echo",
     f"echo_{FEW_CALLERS}",
+    "echo_1",
     "budget.pairs_spread",
     f"budget.pairs_spread_{FEW_CALLERS}",
     "budget.pairs_hot",
     "budget.check",
+    "budget.pairs_1",
+    "budget.check_1",
+    "budget.pairs_big_tenant",
+    "budget.pairs_hot_big",
     "memory.append",
+    "memory.append_fresh",
     "memory.list_recency",
     "memory.list_relevance",
     "noisy.notify",
@@ -61,6 +68,7 @@ class Config:
     runs: int = 1_000
     append_samples: int = 250
     mode: str = "full"
+    shared_server: bool = False
     log: Callable[[str], None] = print
 
     def selected(self, name: str) -> bool:
@@ -143,7 +151,10 @@ class Runner:
         self.results.started_at = datetime.now(UTC).isoformat(timespec="seconds")
         try:
             self._sizing()
-            with postgres_server() as server, bench_database(server) as database:
+            with (
+                postgres_server(self.config.shared_server) as server,
+                bench_database(server) as database,
+            ):
                 url = database.url
                 self._find_postmaster(url)
                 self.results.machine = machine.describe(server_version(url), server.source)
@@ -152,10 +163,11 @@ class Runner:
                     load_processes=self.config.processes,
                     concurrency=self.config.concurrency,
                 )
-                pgb = [f"pgbench.{n}" for n in ("hot", "spread")]
+                pgb = [f"pgbench.{n}" for n in ("hot", "spread", "one")]
                 pgb = [n for n in pgb if self.config.selected(n)]
                 self._guarded(self.results.ceilings, pgb, lambda: self._pgbench(server, url))
-                echo = ["echo"] if self.config.selected("echo") else []
+                echo = [n for n in ("echo", f"echo_{FEW_CALLERS}", "echo_1")]
+                echo = [n for n in echo if self.config.selected(n)]
                 self._guarded(self.results.ceilings, echo, self._echo)
                 self._guarded(
                     self.results.figures, self._budget_names(), lambda: self._budget(database)
@@ -165,6 +177,7 @@ class Runner:
                 )
                 noisy = ["noisy.notify"] if self.config.selected("noisy.notify") else []
                 self._guarded(self.results.noisy, noisy, lambda: self._noisy_notify(database))
+                self._floors()
         finally:
             self.results.elapsed_s = round(time.monotonic() - started, 1)
             self.results.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
@@ -174,6 +187,20 @@ class Runner:
         else:
             self.results.setup["server_logs"] = str(self.log_dir)
         return self.results
+
+    def _floors(self) -> None:
+        """The floor of a one-caller Reserve+Consume pair: two round trips (echo at one caller)
+        and two commits (pgbench at one client), both measured in this run."""
+        echo = self.results.ceilings.get("echo_1", {})
+        commit = self.results.ceilings.get("pgbench.one", {})
+        if echo.get("status") != "ok" or commit.get("status") != "ok":
+            return
+        p50 = 2 * float(echo["p50_ms"]) + 2 * float(commit["p50_ms"])
+        self.results.ceilings["floor.pair_1"] = {
+            "status": "ok",
+            "scenario": "2 × echo_1 p50 + 2 × pgbench.one p50",
+            "p50_ms": round(p50, 3),
+        }
 
     def _all(self) -> Iterator[dict[str, Any]]:
         yield from self.results.ceilings.values()
@@ -216,7 +243,7 @@ class Runner:
             self.config.log(f"{'postgres CPU':<30} not measured: {why}")
 
     def _pgbench(self, server: Server, url: str) -> None:
-        names = [n for n in ("hot", "spread") if self.config.selected(f"pgbench.{n}")]
+        names = [n for n in ("hot", "spread", "one") if self.config.selected(f"pgbench.{n}")]
         if not names:
             return
         binary = pgbench.pgbench_binary(server)
@@ -228,7 +255,9 @@ class Runner:
         asyncio.run(pgbench.prepare(url))
         clients = max(1, min(self.config.concurrency, max_connections(url) - 10))
         for name in names:
-            figure = pgbench.run(binary, url, name, clients, self.config.duration)
+            # `one`: a single client's commit latency, the floor of a one-caller call.
+            n = 1 if name == "one" else clients
+            figure = pgbench.run(binary, url, name, n, self.config.duration)
             self.record(self.results.ceilings, f"pgbench.{name}", figure)
 
     def _guarded(
@@ -254,7 +283,7 @@ class Runner:
     def _echo(self) -> None:
         """The echo ceiling at the usual callers in flight and at FEW_CALLERS (for the
         Reserve+Consume figure at that many), on one echo server."""
-        plan = {"echo": self.config.concurrency, f"echo_{FEW_CALLERS}": FEW_CALLERS}
+        plan = {"echo": self.config.concurrency, f"echo_{FEW_CALLERS}": FEW_CALLERS, "echo_1": 1}
         names = [name for name in plan if self.config.selected(name)]
         if not names:
             return
@@ -315,7 +344,7 @@ class Runner:
         names = self._budget_names()
         if names:
             with self.service("budget", database) as server:
-                BudgetFlow(self, server, names).run()
+                BudgetFlow(self, server, names, database.url).run()
 
     def _noisy_notify(self, database: BenchDatabase) -> None:
         """bench/noisy_notify.py: a budget service with two tenants' tokens, `ration notify`."""

@@ -17,7 +17,7 @@ from bench.load import LoadSpec, run_load, split
 from bench.meter import Meter, cpu_per_rpc
 from bench.servers import start_echo
 from bench.stats import Histogram, nearest_rank
-from bench.targets import evaluate
+from bench.targets import TARGETS, evaluate
 
 
 def test_nearest_rank() -> None:
@@ -152,7 +152,7 @@ def test_echo_through_the_real_harness_and_report(tmp_path: Path) -> None:
     paths = report.write(results, tmp_path / "out")
     written = json.loads(paths["json"].read_text())
     assert written["ceilings"]["echo"]["rpcs"] == figure["rpcs"]
-    assert len(written["targets"]) == 7
+    assert len(written["targets"]) == len(TARGETS)
     text = paths["markdown"].read_text()
     for heading in ("## Machine", "## Targets", "## Ceilings", "## Figures", "## CPU per RPC"):
         assert heading in text
