@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from budget_service.domain import events as ev
-from budget_service.domain.policy import MAX_TOTAL, Scope, dimension_named
+from budget_service.domain.policy import MAX_TOTAL, Dimension, Scope, dimension_named
 from budget_service.domain.run_state import (
     BalanceRef,
     Breach,
@@ -44,6 +44,27 @@ def ensure_resumable(status: RunStatus) -> None:
     if status.state is not RunState.INTERRUPTED:
         message = "only an interrupted run can be resumed"
         raise run_state_error("RUN_NOT_INTERRUPTED", status.state, message)
+
+
+def resume_error(outcome: str, state: str | None, dimensions: Sequence[str]) -> DomainError:
+    """The DomainError of a ResumeRun the engine refused (budget.resume_run_v1): the run is not
+    INTERRUPTED (`state`), an amount of the delta is negative, or a raised limit would pass
+    the bigint range (`dimensions`, by their JSON names)."""
+    if outcome == "refused":
+        try:
+            ensure_resumable(RunStatus(RunState(str(state))))
+        except DomainError as error:
+            return error
+        raise ValueError(f"resume refused on a {state} run")
+    if outcome == "negative":
+        message = "must be at least 0"
+    elif outcome == "overflow":
+        message = f"takes a running total past {MAX_TOTAL}"
+    else:
+        raise ValueError(f"unknown resume outcome {outcome!r}")
+    return validation_error(
+        [FieldViolation(f"delta.{Dimension(d).field_name}", message) for d in dimensions]
+    )
 
 
 def run_state_error(reason: str, state: RunState, message: str) -> DomainError:

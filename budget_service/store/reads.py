@@ -105,15 +105,6 @@ _DELETE_SCOPE_BUDGET = """
 DELETE FROM budget.scope_budgets
 WHERE tenant_id = $1 AND scope = $2 AND scope_id = $3 AND kind = $4"""
 
-_INSERT_RUN = f"""
-INSERT INTO budget.runs (
-    tenant_id, run_id, project_id, workflow_id, agent_id, open_fingerprint, state,
-    {rows.columns("max")}, threshold_percent, on_exhaustion, binding, model_lists,
-    pool_scopes, pool_scope_ids, scope_advisory)
-VALUES ($1, $2, $3, $4, $5, $6, 'active', $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
-ON CONFLICT (tenant_id, run_id) DO NOTHING
-RETURNING *"""
-
 _RUN = "SELECT * FROM budget.runs WHERE tenant_id = $1 AND run_id = $2"
 
 _EVENTS = """
@@ -195,29 +186,6 @@ def _snapshot(row: asyncpg.Record) -> RunSnapshot:
 
 async def get_run(conn: asyncpg.Connection, tenant: str, run_id: str) -> RunRecord | None:
     row = await conn.fetchrow(_RUN, tenant, run_id)
-    return None if row is None else rows.run_of(row)
-
-
-async def insert_run(conn: asyncpg.Connection, tenant: str, run: RunRecord) -> RunRecord | None:
-    """Creates the run; None when the run_id exists (the caller compares fingerprints)."""
-    b = run.budget
-    row = await conn.fetchrow(
-        _INSERT_RUN,
-        tenant,
-        run.run_id,
-        run.project_id,
-        run.workflow_id,
-        run.agent_id,
-        run.open_fingerprint,
-        *(b.limit(d) for d in Dimension),
-        b.threshold_percent,
-        b.on_exhaustion.value,
-        json.dumps(rows.binding_json(b)),
-        rows.model_lists_json(b.model_lists),
-        [p.scope.value for p in run.pools],
-        [p.scope_id for p in run.pools],
-        run.scope_advisory,
-    )
     return None if row is None else rows.run_of(row)
 
 

@@ -53,7 +53,7 @@ from budget_service.domain.run_state import (
     RunState,
 )
 from budget_service.store import stored_replies as replies
-from budget_service.store.changes import EVENTS_CHANNEL
+from budget_service.store.event_hub import EVENTS_CHANNEL
 from budget_service.store.event_hub import EventHub
 from budget_service.usecases import reservations as reservations_module
 from budget_service.usecases.reservations import Reservations
