@@ -1,12 +1,10 @@
-"""The budget domain, opened first: dimensions and policies, run and hold state, typed events, the
-accounting of reserve, consume, release and breach, refusals and input rules, as pure functions
-over dataclasses (standard library and servicekit.errors only). The one decision the database
-arbitrates lives in store/migrations (0003); its Python reference model is in tests/.
+"""The budget domain, opened first: dimensions and policies, run and hold state, typed events,
+refusals and input rules, as pure functions over dataclasses (standard library and
+servicekit.errors only). The database arbitrates every balance change (the engine's functions in
+store/functions/ and store/migrations); its Python reference model is in tests/support/.
 
 - `alerts`: Webhook alerts of `ration notify`: which events, the body a receiver gets, its
   signature.
-- `accounting`: Reservation accounting: reserve, consume, release/expiry, exhaustion, breach and
-  resume rules.
 - `commands`: Use-case inputs and outputs of the budget service, in domain types (no protobuf).
 - `events`: Budget events: typed dataclasses and their exact OpenWOP v1 JSON payloads.
 - `fingerprints`: Canonical encodings a budget call is compared by: the fingerprint of an OpenRun.

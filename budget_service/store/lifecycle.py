@@ -47,9 +47,7 @@ class Resumed:
     expired: int
 
 
-async def open_run(
-    conn: asyncpg.Connection, tenant: str, run: RunRecord, request_id: str
-) -> bool:
+async def open_run(conn: asyncpg.Connection, tenant: str, run: RunRecord, request_id: str) -> bool:
     """Creates the run with its 'open' ledger row and budget.reserved; False when the run id
     exists (nothing written; the caller compares fingerprints)."""
     b = run.budget

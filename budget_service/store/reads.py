@@ -1,4 +1,4 @@
-"""Budget SQL that reads, creates runs and scope budgets, and serves the sweeper."""
+"""Budget SQL that reads runs, writes scope budgets, and serves the sweeper."""
 
 from __future__ import annotations
 
