@@ -1,7 +1,8 @@
 """The budget domain, opened first: dimensions and policies, run and hold state, typed events,
 refusals and input rules, as pure functions over dataclasses (standard library and
-servicekit.errors only). The database arbitrates every balance change (the engine's functions in
-store/functions/ and store/migrations); its Python reference model is in tests/support/.
+servicekit.errors only). The database arbitrates every balance change: the engine's functions in
+store/functions/ (decide_v1.sql, and close_run_v1.sql and the other lifecycle functions); its
+Python reference model is in tests/support/.
 
 - `alerts`: Webhook alerts of `ration notify`: which events, the body a receiver gets, its
   signature.

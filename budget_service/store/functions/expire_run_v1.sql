@@ -1,3 +1,6 @@
+-- budget.expire_run_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- The sweeper's expiry of one run: lock it unless another call holds it (that call, or the
 -- next sweep, expires its holds), then every overdue hold expires with no request id.
 -- Returns how many holds expired (0 for a busy or vanished run).

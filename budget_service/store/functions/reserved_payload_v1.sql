@@ -1,3 +1,6 @@
+-- budget.reserved_payload_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- The budget.reserved payload (OpenRun, ResumeRun) exactly as domain/events.py renders it:
 -- the bounded limits in the order tokens, cost (USD), toolCalls, retries, and the narrowest
 -- declared scope binding any of them ("run" when only host ceilings or nothing binds).

@@ -1,3 +1,6 @@
+-- budget.open_run_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- OpenRun's writes: the run row with its resolved effective budget, the 'open' ledger row
 -- (detail: the pooled budgets it draws on) and budget.reserved as event 1. Returns false, and
 -- writes nothing, when the run id exists (the caller compares the stored fingerprint).

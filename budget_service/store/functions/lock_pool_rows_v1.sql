@@ -1,3 +1,6 @@
+-- budget.lock_pool_rows_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- Locks the given pool balance rows FOR UPDATE in the canonical order (budget.scope_rank_v1,
 -- scope_id in "C" collation, window) that every writer of pools uses, so concurrent calls on
 -- runs sharing pools cannot deadlock; the run row is always locked before this. Returns the

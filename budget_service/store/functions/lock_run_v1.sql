@@ -1,3 +1,6 @@
+-- budget.lock_run_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- Locks one run for a lifecycle call (CloseRun, ResumeRun, the sweeper's expiry) the way every
 -- writer does, then ends its overdue holds:
 --   1. the run row FOR UPDATE (SKIP LOCKED for the sweeper: a busy run is expired by the call

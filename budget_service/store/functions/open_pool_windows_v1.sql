@@ -1,3 +1,6 @@
+-- budget.open_pool_windows_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- Creates the pool balance rows of the given windows that do not exist yet, in the canonical
 -- order (budget.scope_rank_v1, scope_id, window), before any pool row is locked: two calls
 -- creating rows never wait on each other crosswise. A row another call inserted and has not

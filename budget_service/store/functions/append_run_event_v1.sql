@@ -1,3 +1,6 @@
+-- budget.append_run_event_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- Appends one event to a locked run's log at the run's next seq (the stamp_tx trigger gives it
 -- its place in the tenant stream) and wakes the run's watchers: WatchRunEvents registers under
 -- the run's lock (store/watchers.py), held here, so a watcher is either seen or reads the event.

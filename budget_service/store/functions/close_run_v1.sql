@@ -1,3 +1,6 @@
+-- budget.close_run_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- CloseRun: releases every open hold of the run (oldest first) and ends it with p_outcome.
 -- FAILED stays FAILED (its failure code is the more useful fact), any other state becomes
 -- CLOSED; closing a closed run again changes nothing but the expiries its lock found.

@@ -1,3 +1,6 @@
+-- budget.end_hold_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- Ends one open hold of a locked run (a release, or an expiry): what it granted stops counting
 -- on the run and on every pool row it draws on, and the ledger records the held amounts going
 -- (negative), with the pools they left, under the run's current policy version. The caller has

@@ -1,3 +1,6 @@
+-- budget.resume_run_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
 -- ResumeRun, an approval of an INTERRUPTED run: its bounded limits rise additively by p_delta
 -- (never past a host ceiling in p_ceilings, never down, never past the bigint range), it is
 -- ACTIVE again with fresh once-only flags on the raised dimensions (the new limit is a new
