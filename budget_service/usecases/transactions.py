@@ -10,7 +10,7 @@ import asyncpg
 
 from budget_service.adapters.metrics import BudgetMetrics, Tally
 from budget_service.domain.commands import Mutation, RunView
-from budget_service.domain.policy import Enforcement, HostCeilings, window_end
+from budget_service.domain.policy import Enforcement, HostCeilings
 from budget_service.domain.records import pool_statuses, run_statuses
 from budget_service.store.reads import RunSnapshot
 from budget_service.usecases.settings import BudgetSettings
@@ -109,7 +109,7 @@ class Transactions:
         statuses = run_statuses(run, run.balances(snapshot.overdue))
         for pool in sorted(snapshot.pools, key=lambda p: p.balance.key.ref.sort_key):
             key = pool.balance.key
-            end = window_end(pool.budget.window, key.window_start)
+            end = pool.window_end
             reported = pool.balance.reported(pool.budget.policy, pool.budget.max_model_calls)
             statuses += pool_statuses(key.ref, reported, end)
         advisory = self.enforcement(run.scope_advisory) is Enforcement.ADVISORY

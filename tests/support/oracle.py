@@ -42,8 +42,6 @@ from budget_service.domain.policy import (
     Window,
     model_verdict,
     resolve_effective_budget,
-    window_end,
-    window_start,
 )
 from budget_service.domain.records import (
     DimensionStatus,
@@ -67,6 +65,7 @@ from budget_service.domain.run_state import (
     RunStatus,
 )
 from tests.support import stored_reply_encoders as encoders
+from tests.support.windows import window_end, window_start
 
 DIMENSIONS = tuple(Dimension)
 # A pool's own dimension: a Reserve or Check naming a model asks for one model call, which
