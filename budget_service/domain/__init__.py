@@ -11,7 +11,7 @@ Python reference model is in tests/support/.
 - `fingerprints`: Canonical encodings a budget call is compared by: the fingerprint of an OpenRun.
 - `input_rules`: Input validation of the budget domain: policies, scope budgets, amounts, ids and
   paging.
-- `policy`: Budget policy: dimensions, validation, scope resolution, pool windows, model allow/deny.
+- `policy`: Budget policy: dimensions, validation, scope resolution, window kinds, model allow/deny.
 - `records`: Stored budget state as domain records: runs, holds, pools and the changes a call
   writes.
 - `refusals`: Budget refusals: the guards that refuse a call and the DomainErrors they raise (DESIGN

@@ -1,4 +1,4 @@
-"""Budget policy: dimensions, validation, scope resolution, pool windows, model allow/deny."""
+"""Budget policy: dimensions, validation, scope resolution, window kinds, model allow/deny."""
 
 from __future__ import annotations
 
