@@ -7,6 +7,7 @@ close would answer "released 0", but the request log's key then rolls it back an
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -31,12 +32,10 @@ async def twins_behind_the_run_lock(
     async with db.transaction():
         await db.execute("SELECT 1 FROM budget.runs WHERE run_id = $1 FOR UPDATE", run_id)
         calls = [asyncio.ensure_future(call()) for _ in range(2)]
-
-        async def both_waiting() -> None:
-            while await db.fetchval(_WAITING) < 2:
-                await asyncio.sleep(0.01)  # polling a condition, not a timing assumption
-
-        await asyncio.wait_for(both_waiting(), READ_TIMEOUT)
+        deadline = time.monotonic() + READ_TIMEOUT  # a bound on a hang, not a speed assertion
+        while await db.fetchval(_WAITING) < 2:
+            assert time.monotonic() < deadline, "the twins never reached the run's lock"
+            await asyncio.sleep(0.01)
     first, second = await asyncio.gather(*calls)
     return first, second
 
