@@ -10,8 +10,7 @@ from budget_service.api.capabilities import BudgetCapabilities
 from budget_service.api.roles import REQUIRED_ROLES, SERVICE_NAME
 from budget_service.api.servicer import BudgetServicer
 from budget_service.domain.tenant_events import PollBackoff
-from budget_service.store.changes import EVENTS_CHANNEL
-from budget_service.store.event_hub import EventHub
+from budget_service.store.event_hub import EVENTS_CHANNEL, EventHub
 from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService

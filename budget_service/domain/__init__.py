@@ -1,18 +1,17 @@
-"""The budget domain, opened first: dimensions and policies, run and hold state, typed events, the
-accounting of reserve, consume, release and breach, refusals and input rules, as pure functions
-over dataclasses (standard library and servicekit.errors only). The one decision the database
-arbitrates lives in store/functions/ (decide_v1.sql); its Python reference model is in tests/.
+"""The budget domain, opened first: dimensions and policies, run and hold state, typed events,
+refusals and input rules, as pure functions over dataclasses (standard library and
+servicekit.errors only). The database arbitrates every balance change: the engine's functions in
+store/functions/ (decide_v1.sql, and close_run_v1.sql and the other lifecycle functions); its
+Python reference model is in tests/support/.
 
 - `alerts`: Webhook alerts of `ration notify`: which events, the body a receiver gets, its
   signature.
-- `accounting`: Reservation accounting: reserve, consume, release/expiry, exhaustion, breach and
-  resume rules.
 - `commands`: Use-case inputs and outputs of the budget service, in domain types (no protobuf).
 - `events`: Budget events: typed dataclasses and their exact OpenWOP v1 JSON payloads.
 - `fingerprints`: Canonical encodings a budget call is compared by: the fingerprint of an OpenRun.
 - `input_rules`: Input validation of the budget domain: policies, scope budgets, amounts, ids and
   paging.
-- `policy`: Budget policy: dimensions, validation, scope resolution, pool windows, model allow/deny.
+- `policy`: Budget policy: dimensions, validation, scope resolution, window kinds, model allow/deny.
 - `records`: Stored budget state as domain records: runs, holds, pools and the changes a call
   writes.
 - `refusals`: Budget refusals: the guards that refuse a call and the DomainErrors they raise (DESIGN

@@ -1,11 +1,11 @@
-"""Budget policy: dimensions, validation, scope resolution, pool windows, model allow/deny."""
+"""Budget policy: dimensions, validation, scope resolution, window kinds, model allow/deny."""
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Self
 
 
@@ -294,39 +294,3 @@ def _scope_rank(entry: ModelLists) -> int:
 
 
 WINDOW_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # the one key of a window-less pool
-
-
-def window_end(window: Window, start: datetime) -> datetime | None:
-    """When the window starting at `start` ends (None: a window-less pool never renews)."""
-    if window is Window.NONE:
-        return None
-    if window is Window.MINUTE:
-        return start + timedelta(minutes=1)
-    if window is Window.HOUR:
-        return start + timedelta(hours=1)
-    if window is Window.DAY:
-        return start + timedelta(days=1)
-    if window is Window.WEEK:
-        return start + timedelta(days=7)
-    year, month = divmod(start.month, 12)
-    return start.replace(year=start.year + year, month=month + 1)
-
-
-def window_start(window: Window, now: datetime) -> datetime:
-    """The UTC start of the calendar window containing `now`; pools are keyed by it, so a new
-    window is simply a new balance row and nothing is ever reset."""
-    if now.tzinfo is None:
-        raise ValueError("window_start needs an aware datetime")
-    utc = now.astimezone(UTC)
-    if window is Window.MINUTE:
-        return utc.replace(second=0, microsecond=0)
-    if window is Window.HOUR:
-        return utc.replace(minute=0, second=0, microsecond=0)
-    midnight = utc.replace(hour=0, minute=0, second=0, microsecond=0)
-    if window is Window.NONE:
-        return WINDOW_EPOCH
-    if window is Window.DAY:
-        return midnight
-    if window is Window.WEEK:
-        return midnight - timedelta(days=midnight.weekday())  # ISO weeks start on Monday
-    return midnight.replace(day=1)

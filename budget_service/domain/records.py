@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from budget_service.domain import events as ev
 from budget_service.domain.policy import (
     HOST,
     AnyDimension,
@@ -17,7 +16,6 @@ from budget_service.domain.policy import (
     PoolDimension,
     Scope,
     ScopeBudget,
-    Window,
 )
 from budget_service.domain.run_state import (
     Amounts,
@@ -37,26 +35,12 @@ def amounts(values: Mapping[Dimension, int] | None = None) -> dict[Dimension, in
     return {d: values.get(d, 0) for d in Dimension}
 
 
-def add(a: Amounts, b: Amounts, sign: int = 1) -> dict[Dimension, int]:
-    return {d: a.get(d, 0) + sign * b.get(d, 0) for d in Dimension}
-
-
 @dataclass(frozen=True)
 class PoolKey:
     """One pool balance row: a pooled scope budget in one calendar window."""
 
     ref: BalanceRef
     window_start: datetime
-
-
-@dataclass(frozen=True)
-class PoolConfig:
-    """A pooled scope budget as read when judging: its live limits and window."""
-
-    ref: BalanceRef
-    limits: BudgetLimits
-    window: Window
-    max_model_calls: int | None = None
 
 
 @dataclass(frozen=True)
@@ -168,41 +152,6 @@ class StoredScopeBudget:
     budget: ScopeBudget
     version: int
     updated_at: datetime
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One append-only decision with the signed balance deltas it caused."""
-
-    decision: str  # open grant refusal consume release expire resume close
-    policy_version: int
-    reason: str | None = None
-    reservation_id: str | None = None
-    model: str | None = None
-    consumed: Mapping[Dimension, int] = field(default_factory=dict)
-    held: Mapping[Dimension, int] = field(default_factory=dict)
-    pools: tuple[PoolKey, ...] = ()
-    detail: Mapping[str, Any] | None = None
-    # What the row moves on its pools only (a run never counts model calls).
-    consumed_model_calls: int = 0
-    held_model_calls: int = 0
-
-
-@dataclass
-class RunChanges:
-    """Everything one call writes for one locked run, in one statement."""
-
-    run: RunRecord | None = None  # the run's new columns; None leaves the row untouched
-    pools: dict[PoolKey, PoolBalance] = field(default_factory=dict)
-    new_reservation: ReservationRecord | None = None
-    ended: dict[str, ReservationState] = field(
-        default_factory=dict
-    )  # reservation_id -> final state
-    ledger: list[LedgerEntry] = field(default_factory=list)
-    events: list[ev.BudgetEvent] = field(default_factory=list)
-    first_seq: int = 0  # the seq of events[0]
-    request_id: str | None = None  # recorded on every ledger row of the call
-    advisory_refusals: int = 0
 
 
 @dataclass(frozen=True)

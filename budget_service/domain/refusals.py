@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from budget_service.domain import events as ev
-from budget_service.domain.policy import MAX_TOTAL, Scope, dimension_named
+from budget_service.domain.policy import MAX_TOTAL, Dimension, Scope, dimension_named
 from budget_service.domain.run_state import (
     BalanceRef,
     Breach,
     Contention,
     ReservationState,
     RunState,
-    RunStatus,
 )
 from servicekit.errors import (
     DomainError,
@@ -34,16 +33,29 @@ def breach_message(breach: Breach) -> str:
     return f"budget exhausted: {d} limit {limit}, observed {observed}"
 
 
-def ensure_resumable(status: RunStatus) -> None:
-    """ResumeRun approves the continuation of an INTERRUPTED run, nothing else: FAILED and
-    CLOSED are final, and an ACTIVE run's limits are not raised by approval."""
-    if status.state is RunState.CLOSED:
-        raise run_state_error("RUN_CLOSED", status.state, "the run is closed")
-    if status.state is RunState.FAILED:
-        raise run_state_error("RUN_FAILED", status.state, "the run has failed and cannot resume")
-    if status.state is not RunState.INTERRUPTED:
+def resume_error(outcome: str, state: str | None, dimensions: Sequence[str]) -> DomainError:
+    """The DomainError of a ResumeRun the engine refused (budget.resume_run_v1). ResumeRun
+    approves the continuation of an INTERRUPTED run, nothing else: FAILED and CLOSED are final,
+    and an ACTIVE run's limits are not raised by approval (`state`). Then the delta: an amount
+    is negative, or a raised limit would pass the bigint range (`dimensions`, JSON names)."""
+    if outcome == "refused":
+        run_state = RunState(str(state))
+        if run_state is RunState.CLOSED:
+            return run_state_error("RUN_CLOSED", run_state, "the run is closed")
+        if run_state is RunState.FAILED:
+            message = "the run has failed and cannot resume"
+            return run_state_error("RUN_FAILED", run_state, message)
         message = "only an interrupted run can be resumed"
-        raise run_state_error("RUN_NOT_INTERRUPTED", status.state, message)
+        return run_state_error("RUN_NOT_INTERRUPTED", run_state, message)
+    if outcome == "negative":
+        message = "must be at least 0"
+    elif outcome == "overflow":
+        message = f"takes a running total past {MAX_TOTAL}"
+    else:
+        raise ValueError(f"unknown resume outcome {outcome!r}")
+    return validation_error(
+        [FieldViolation(f"delta.{Dimension(d).field_name}", message) for d in dimensions]
+    )
 
 
 def run_state_error(reason: str, state: RunState, message: str) -> DomainError:

@@ -68,7 +68,6 @@ class BalanceRef:
 
 
 RUN_BALANCE = BalanceRef(Scope.RUN)
-Balances = Mapping[BalanceRef, Mapping[Dimension, Balance]]
 
 
 @dataclass(frozen=True)

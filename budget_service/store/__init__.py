@@ -2,21 +2,20 @@
 row <-> record mapping, the stored reply documents, the LISTEN hub for live events and the
 forward-only numbered migrations.
 
-- `changes`: Budget SQL of a call's changes: one statement writes the run, pools, holds, ledger,
-  events.
 - `decisions`: Budget SQL of the per-call protocol: a batch of one tenant decided by
   budget.decide_v1.
 - `event_hub`: Live run events: one LISTEN connection per process fanning out to per-run
   subscribers.
-- `locked_writes`: Budget SQL of the locked write path: lock a run and its pools, expire, write all
-  changes.
+- `functions/`: the engine's stored functions, one per file (the ledger's only writer).
+- `lifecycle`: Budget SQL of the run lifecycle: OpenRun, CloseRun, ResumeRun and the sweeper's
+  expiry, each one call of an engine function.
 - `migrations/`: forward-only numbered SQL migrations, applied in order: 0001_schema,
   0002_budget_tables, 0003_budget_fast_path, 0004_budget_total_bounds, 0005_row_level_security,
   0006_budget_decide_v1, 0007_ledger_spend_index, 0008_tenant_event_order,
   0009_notify_progress.
 - `notify_progress`: Budget SQL of `ration notify`'s progress: per tenant and webhook, a position
   and a lease.
-- `reads`: Budget SQL that reads, creates runs and scope budgets, and serves the sweeper.
+- `reads`: Budget SQL that reads runs, writes scope budgets, and serves the sweeper.
 - `reports`: Budget SQL of spend reports: sums of the ledger's consume rows per owner, model or
   time.
 - `rows`: Mapping between database rows (and write documents) and the budget domain records.

@@ -1,4 +1,4 @@
-"""Budget SQL that reads, creates runs and scope budgets, and serves the sweeper."""
+"""Budget SQL that reads runs, writes scope budgets, and serves the sweeper."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from budget_service.domain.policy import (
     Scope,
     ScopeBudget,
     ScopeBudgetKind,
-    window_start,
 )
 from budget_service.domain.records import PoolBalance, PoolKey, RunRecord, StoredScopeBudget
 from budget_service.domain.run_state import BalanceRef
@@ -26,10 +25,18 @@ _GRANTED_SUMS = ", ".join(
     for s in (*rows.SUFFIXES, "model_calls")
 )
 
+# The current window of a pooled budget and when it ends, by the engine's window rules (the
+# functions decide_v1 keys pool rows by) on the database clock.
+_CURRENT_WINDOW = (
+    "budget.window_start_v1(s.window_kind, now()) AS current_window,"
+    " budget.window_end_v1(s.window_kind, budget.window_start_v1(s.window_kind, now()))"
+    " AS current_window_end"
+)
+
 # A scope budget with its newest balance row and what overdue holds still hold on that row.
 # Holds past expires_at no longer count even before they are marked (database clock).
 _POOL_VIEW = f"""
-SELECT s.*, b.window_start AS balance_window,
+SELECT s.*, b.window_start AS balance_window, {_CURRENT_WINDOW},
     {", ".join(f"b.consumed_{x} AS balance_consumed_{x}" for x in rows.SUFFIXES)},
     {", ".join(f"b.held_{x} AS balance_held_{x}" for x in rows.SUFFIXES)},
     b.consumed_model_calls AS balance_consumed_model_calls,
@@ -105,15 +112,6 @@ _DELETE_SCOPE_BUDGET = """
 DELETE FROM budget.scope_budgets
 WHERE tenant_id = $1 AND scope = $2 AND scope_id = $3 AND kind = $4"""
 
-_INSERT_RUN = f"""
-INSERT INTO budget.runs (
-    tenant_id, run_id, project_id, workflow_id, agent_id, open_fingerprint, state,
-    {rows.columns("max")}, threshold_percent, on_exhaustion, binding, model_lists,
-    pool_scopes, pool_scope_ids, scope_advisory)
-VALUES ($1, $2, $3, $4, $5, $6, 'active', $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
-ON CONFLICT (tenant_id, run_id) DO NOTHING
-RETURNING *"""
-
 _RUN = "SELECT * FROM budget.runs WHERE tenant_id = $1 AND run_id = $2"
 
 _EVENTS = """
@@ -136,6 +134,7 @@ class PoolView:
 
     budget: ScopeBudget
     balance: PoolBalance
+    window_end: datetime | None = None  # when the current window ends (None: never renews)
 
 
 @dataclass(frozen=True)
@@ -150,12 +149,14 @@ def _timestamp(value: Any) -> datetime:
     return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
-def _pool_view(row: Mapping[str, Any], now: datetime) -> PoolView:
+def _pool_view(row: Mapping[str, Any]) -> PoolView:
     budget = rows.scope_budget_of(row)
-    key = PoolKey(BalanceRef(budget.scope, budget.scope_id), window_start(budget.window, now))
+    key = PoolKey(BalanceRef(budget.scope, budget.scope_id), _timestamp(row["current_window"]))
+    end = row["current_window_end"]
+    window_end = None if end is None else _timestamp(end)
     latest = row["balance_window"]
     if latest is None or _timestamp(latest) != key.window_start:
-        return PoolView(budget, PoolBalance(key))
+        return PoolView(budget, PoolBalance(key), window_end)
     return PoolView(
         budget,
         PoolBalance(
@@ -169,6 +170,7 @@ def _pool_view(row: Mapping[str, Any], now: datetime) -> PoolView:
             int(row.get("balance_held_model_calls") or 0),
             int(row.get("overdue_model_calls") or 0),
         ),
+        window_end,
     )
 
 
@@ -188,36 +190,13 @@ async def read_runs(
 
 def _snapshot(row: asyncpg.Record) -> RunSnapshot:
     now = row["db_now"]
-    pools = tuple(_pool_view(p, now) for p in json.loads(row["pools"]))
+    pools = tuple(_pool_view(p) for p in json.loads(row["pools"]))
     overdue = dict(zip(Dimension, row["own_overdue"], strict=True))
     return RunSnapshot(rows.run_of(row), now, overdue, pools)
 
 
 async def get_run(conn: asyncpg.Connection, tenant: str, run_id: str) -> RunRecord | None:
     row = await conn.fetchrow(_RUN, tenant, run_id)
-    return None if row is None else rows.run_of(row)
-
-
-async def insert_run(conn: asyncpg.Connection, tenant: str, run: RunRecord) -> RunRecord | None:
-    """Creates the run; None when the run_id exists (the caller compares fingerprints)."""
-    b = run.budget
-    row = await conn.fetchrow(
-        _INSERT_RUN,
-        tenant,
-        run.run_id,
-        run.project_id,
-        run.workflow_id,
-        run.agent_id,
-        run.open_fingerprint,
-        *(b.limit(d) for d in Dimension),
-        b.threshold_percent,
-        b.on_exhaustion.value,
-        json.dumps(rows.binding_json(b)),
-        rows.model_lists_json(b.model_lists),
-        [p.scope.value for p in run.pools],
-        [p.scope_id for p in run.pools],
-        run.scope_advisory,
-    )
     return None if row is None else rows.run_of(row)
 
 
@@ -261,7 +240,7 @@ async def get_scope_budget(
         return None
     stored = StoredScopeBudget(rows.scope_budget_of(row), row["version"], row["updated_at"])
     pooled = kind is ScopeBudgetKind.POOLED
-    return stored, _pool_view(row, row["db_now"]) if pooled else None
+    return stored, _pool_view(row) if pooled else None
 
 
 async def delete_scope_budget(
@@ -296,4 +275,4 @@ async def count_open_reservations(conn: asyncpg.Connection) -> int:
 async def all_pools(conn: asyncpg.Connection) -> list[tuple[str, PoolView]]:
     """Every tenant's pooled budgets with their current window's balance (for gauges)."""
     found = [json.loads(r["pool"]) for r in await conn.fetch(_ALL_POOLS)]
-    return [(p["tenant_id"], _pool_view(p, _timestamp(p["db_now"]))) for p in found]
+    return [(p["tenant_id"], _pool_view(p)) for p in found]

@@ -21,17 +21,12 @@ from budget_service.domain.policy import (
     Window,
 )
 from budget_service.domain.records import (
-    LedgerEntry,
-    PoolBalance,
     PoolKey,
-    ReservationRecord,
     RunRecord,
 )
 from budget_service.domain.run_state import (
-    Amounts,
     BalanceRef,
     Breach,
-    ReservationState,
     RunOutcome,
     RunState,
     RunStatus,
@@ -42,16 +37,8 @@ Row = Mapping[str, Any]
 SUFFIXES = tuple(d.field_name for d in Dimension)
 
 
-def columns(prefix: str) -> str:
-    return ", ".join(f"{prefix}_{s}" for s in SUFFIXES)
-
-
 def amounts_of(row: Row, prefix: str) -> dict[Dimension, int]:
     return {d: int(row[f"{prefix}_{d.field_name}"]) for d in Dimension}
-
-
-def amounts_doc(values: Amounts, prefix: str) -> dict[str, int]:
-    return {f"{prefix}_{d.field_name}": int(values.get(d, 0)) for d in Dimension}
 
 
 def limits_of(row: Row) -> BudgetLimits:
@@ -141,121 +128,8 @@ def run_of(row: Row) -> RunRecord:
     )
 
 
-def run_doc(run: RunRecord, advisory_refusals: int = 0) -> dict[str, Any]:
-    """The mutable columns of a run, as the write statement's `run` object."""
-    status, budget, stopped = run.status, run.budget, run.status.stopped_by
-    return {
-        "state": status.state.value,
-        "outcome": run.outcome.value if run.outcome else None,
-        **{f"max_{d.field_name}": budget.limit(d) for d in Dimension},
-        "binding": binding_json(budget),
-        "policy_version": run.policy_version,
-        **amounts_doc(run.consumed, "consumed"),
-        **amounts_doc(run.held, "held"),
-        "crossed": sorted(status.crossed),
-        "exhausted": sorted(status.exhausted),
-        "breached": sorted(status.breached),
-        "stopped_dimension": stopped.dimension.value if stopped else None,
-        "stopped_limit": stopped.limit if stopped else None,
-        "stopped_consumed": stopped.consumed if stopped else None,
-        "stopped_observed": stopped.observed if stopped else None,
-        "stopped_scope": stopped.balance.scope.value if stopped else None,
-        "stopped_scope_id": stopped.balance.scope_id if stopped else None,
-        "next_seq": run.next_seq,
-        "advisory_refusals": advisory_refusals,
-    }
-
-
-# Hold columns in a fixed order: holds come back both as rows and as ROW(...) tuples.
-HOLD_COLUMNS = (
-    "reservation_id, run_id, model, "
-    f"{columns('requested')}, {columns('granted')}, "
-    "state, pool_scopes, pool_scope_ids, pool_windows, created_at, expires_at, granted_model_calls"
-)
-
-
-def reservation_of(values: Sequence[Any]) -> ReservationRecord:
-    """A hold from a row or tuple in HOLD_COLUMNS order."""
-    requested = dict(zip(Dimension, values[3:7], strict=True))
-    granted = dict(zip(Dimension, values[7:11], strict=True))
-    pools = tuple(
-        PoolKey(BalanceRef(Scope(s), i), w)
-        for s, i, w in zip(values[12], values[13], values[14], strict=True)
-    )
-    return ReservationRecord(
-        reservation_id=values[0],
-        run_id=values[1],
-        model=values[2],
-        requested=requested,
-        granted=granted,
-        state=ReservationState(values[11]),
-        pools=pools,
-        created_at=values[15],
-        expires_at=values[16],
-        model_calls=values[17],
-    )
-
-
-def reservation_doc(reservation: ReservationRecord, policy_version: int) -> dict[str, Any]:
-    return {
-        "reservation_id": reservation.reservation_id,
-        "model": reservation.model,
-        **amounts_doc(reservation.requested, "requested"),
-        **amounts_doc(reservation.granted, "granted"),
-        **pool_arrays(reservation.pools),
-        "policy_version": policy_version,
-        "expires_at": reservation.expires_at.isoformat(),
-    }
-
-
-def pool_arrays(keys: Sequence[PoolKey]) -> dict[str, list[str]]:
-    return {
-        "pool_scopes": [k.ref.scope.value for k in keys],
-        "pool_scope_ids": [k.ref.scope_id for k in keys],
-        "pool_windows": [k.window_start.isoformat() for k in keys],
-    }
-
-
 def pool_key_of(scope: str, scope_id: str, window_start: datetime) -> PoolKey:
     return PoolKey(BalanceRef(Scope(scope), scope_id), window_start)
-
-
-def pool_doc(pool: PoolBalance) -> dict[str, Any]:
-    key = pool.key
-    return {
-        "scope": key.ref.scope.value,
-        "scope_id": key.ref.scope_id,
-        "window_start": key.window_start.isoformat(),
-        **amounts_doc(pool.consumed, "consumed"),
-        **amounts_doc(pool.held, "held"),
-        "consumed_model_calls": pool.consumed_model_calls,
-        "held_model_calls": pool.held_model_calls,
-    }
-
-
-def ledger_doc(index: int, entry: LedgerEntry) -> dict[str, Any]:
-    pools = [
-        {
-            "scope": k.ref.scope.value,
-            "scope_id": k.ref.scope_id,
-            "window_start": k.window_start.isoformat(),
-        }
-        for k in entry.pools
-    ]
-    return {
-        "i": index,
-        "decision": entry.decision,
-        "reason": entry.reason,
-        "reservation_id": entry.reservation_id,
-        "model": entry.model,
-        "policy_version": entry.policy_version,
-        **amounts_doc(entry.consumed, "consumed"),
-        **amounts_doc(entry.held, "held"),
-        "consumed_model_calls": entry.consumed_model_calls,
-        "held_model_calls": entry.held_model_calls,
-        "pools": pools,
-        "detail": dict(entry.detail) if entry.detail is not None else None,
-    }
 
 
 def scope_budget_of(row: Row) -> ScopeBudget:

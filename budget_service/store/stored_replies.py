@@ -1,10 +1,11 @@
 """Stored replies of Reserve, Consume and Release: the JSON documents the request log keeps.
 
-budget.decide_v1 (migrations 0006, 0010) builds them in SQL; the encoders here write the same
-shape (the test oracle uses them). A reply is decoded back into the domain result for the servicer,
-fresh or replayed alike: a view whose fields are decoded when first read, and whose `reply` is
-the document itself, which the API converts straight into its response
-(budget_service/api/responses.py), so the hot path builds no domain value it does not read.
+budget.decide_v1 (migrations 0006, 0010) builds them in SQL; the test oracle's encoders of the
+same shape are in tests/support/stored_reply_encoders.py. A reply is decoded back into the domain
+result for the servicer, fresh or replayed alike: a view whose fields are decoded when first
+read, and whose `reply` is the document itself, which the API converts straight into its
+response (budget_service/api/responses.py), so the hot path builds no domain value it does not
+read.
 Dimensions are arrays in Dimension order; times are microseconds since the Unix epoch (exact,
 like the database's).
 """
@@ -30,53 +31,12 @@ _SCOPE = {s.value: s for s in Scope}
 _RESERVATION_STATE = {s.value: s for s in ReservationState}
 
 
-def _us(value: datetime) -> int:
-    return (value - WINDOW_EPOCH) // _MICROSECOND
-
-
 def _time(us: int) -> datetime:
     return WINDOW_EPOCH + timedelta(microseconds=us)
 
 
-def _list(values: Mapping[Dimension, int]) -> list[int]:
-    return [int(values.get(d, 0)) for d in _DIMENSIONS]
-
-
 def _amounts(values: Sequence[int]) -> dict[Dimension, int]:
     return dict(zip(_DIMENSIONS, values, strict=True))
-
-
-def reservation_doc(reservation: ReservationRecord) -> dict[str, Any]:
-    return {
-        "id": reservation.reservation_id,
-        "run": reservation.run_id,
-        "model": reservation.model,
-        "requested": _list(reservation.requested),
-        "granted": _list(reservation.granted),
-        "state": reservation.state.value,
-        "pools": [
-            [k.ref.scope.value, k.ref.scope_id, _us(k.window_start)] for k in reservation.pools
-        ],
-        "created_us": _us(reservation.created_at),
-        "expires_us": _us(reservation.expires_at),
-        "model_calls": reservation.model_calls,
-    }
-
-
-def statuses_doc(statuses: Sequence[DimensionStatus]) -> list[list[Any]]:
-    return [
-        [
-            s.dimension.value,
-            s.limit,
-            s.consumed,
-            s.held,
-            s.binding_scope.value,
-            s.binding_scope_id,
-            s.clamped_by,
-            *([] if s.window_end is None else [_us(s.window_end)]),
-        ]
-        for s in statuses
-    ]
 
 
 def statuses_of(doc: Sequence[Sequence[Any]]) -> list[DimensionStatus]:
@@ -100,22 +60,6 @@ def statuses_of(doc: Sequence[Sequence[Any]]) -> list[DimensionStatus]:
             )
         )
     return found
-
-
-def _dumps(doc: Mapping[str, Any]) -> bytes:
-    """Canonical JSON (sorted keys, no whitespace). Replies are decoded by key, so rows stored
-    before keys were sorted, and the SQL path's jsonb text, replay the same."""
-    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-
-
-def reserve_bytes(result: ReserveResult) -> bytes:
-    return _dumps(
-        {
-            "hold": reservation_doc(result.reservation),
-            "dimensions": statuses_doc(result.dimensions),
-            "advisory_reason": result.advisory_refusal_reason,
-        }
-    )
 
 
 Decoder = Callable[[Mapping[str, Any]], Any]
@@ -223,23 +167,8 @@ def reserve_of(data: bytes) -> ReserveResult:
     return StoredReserve(json.loads(data))
 
 
-def consume_bytes(result: ConsumeResult) -> bytes:
-    return _dumps(
-        {
-            "overrun": _list(result.overrun),
-            "dimensions": statuses_doc(result.dimensions),
-            "state": result.state.value,
-            "hold_state": result.reservation_state.value if result.reservation_state else None,
-        }
-    )
-
-
 def consume_of(data: bytes) -> ConsumeResult:
     return StoredConsume(json.loads(data))
-
-
-def release_bytes(reservation: ReservationRecord) -> bytes:
-    return _dumps({"hold": reservation_doc(reservation)})
 
 
 def release_of(data: bytes) -> ReservationRecord:

@@ -2,7 +2,6 @@
 Reserve/Consume/Release/Check batched to the ledger's decision function (group commit), run
 lifecycle, scope budgets and event reads, spend reports, and the sweeper; settings they honour.
 
-- `locked_run`: One locked run in one transaction for the lifecycle calls that stay in Python.
 - `notifier`: `ration notify`: follows tenants' event streams and POSTs the chosen events to
   webhooks.
 - `notify_settings`: `ration notify` configuration: RATION_NOTIFY_* variables and the webhooks

@@ -8,8 +8,6 @@ from dataclasses import replace
 import asyncpg
 
 from budget_service.adapters.metrics import Tally
-from budget_service.domain import events as ev
-from budget_service.domain.accounting import apply_resume
 from budget_service.domain.commands import (
     CloseResult,
     CloseRun,
@@ -24,25 +22,35 @@ from budget_service.domain.commands import (
 from budget_service.domain.fingerprints import is_same_open, open_run_fingerprint
 from budget_service.domain.policy import (
     WINDOW_EPOCH,
-    Dimension,
     Enforcement,
     ScopeBudget,
     ScopeBudgetKind,
     resolve_effective_budget,
 )
-from budget_service.domain.records import LedgerEntry, RunChanges, RunRecord, amounts
-from budget_service.domain.refusals import run_exists, run_not_found, scope_budget_not_found
-from budget_service.domain.run_state import BalanceRef, RunStatus
-from budget_service.store import changes as store_write
-from budget_service.store import locked_writes as store
+from budget_service.domain.records import RunRecord, amounts
+from budget_service.domain.refusals import (
+    resume_error,
+    run_exists,
+    run_not_found,
+    scope_budget_not_found,
+)
+from budget_service.domain.run_state import BalanceRef, ReservationState, RunStatus
+from budget_service.store import lifecycle as store_runs
 from budget_service.store import reads as store_reads
 from budget_service.store.event_hub import EventHub
 from budget_service.store.reads import StoredEvent
-from budget_service.usecases.locked_run import RunUnit
 from budget_service.usecases.stream_slots import StreamSlots
-from budget_service.usecases.transactions import Transactions
+from budget_service.usecases.transactions import AlreadyApplied, Transactions
 
 WATCH_BATCH = 100
+
+
+def _ensure_locked(status: str) -> None:
+    """A lifecycle call found its run: not missing, and no twin committed meanwhile."""
+    if status == store_runs.MISSING:
+        raise run_not_found()
+    if status == store_runs.APPLIED:
+        raise AlreadyApplied
 
 
 class BudgetService:
@@ -69,22 +77,10 @@ class BudgetService:
             )
             advisory = any(b.enforcement is Enforcement.ADVISORY for b in scopes)
             draft = replace(draft, budget=budget, pools=pools, scope_advisory=advisory)
-            run = await store_reads.insert_run(conn, tenant, draft)
-            if run is None:
+            if not await store_runs.open_run(conn, tenant, draft, mutation.request_id):
                 existing = await store_reads.get_run(conn, tenant, command.run_id)
                 if existing is None or not is_same_open(existing.open_fingerprint, command):
                     raise run_exists(command.run_id)
-                return await self._view(conn, tenant, command.run_id)
-            reserved = ev.BudgetReserved(budget, budget.scope)
-            detail = {"pools": [f"{p.scope.value}:{p.scope_id}" for p in pools]}
-            changes = RunChanges(
-                run=replace(run, next_seq=2),
-                ledger=[LedgerEntry("open", run.policy_version, detail=detail)],
-                events=[reserved],
-                first_seq=1,
-                request_id=mutation.request_id,
-            )
-            await store_write.write(conn, tenant, run.run_id, changes)
             return await self._view(conn, tenant, command.run_id)
 
         return await self._tx.mutate(tenant, mutation, work, encode)
@@ -121,20 +117,15 @@ class BudgetService:
         encode: Callable[[CloseResult], bytes],
     ) -> bytes:
         async def work(conn: asyncpg.Connection, tally: Tally) -> CloseResult:
-            unit = await RunUnit.lock(
-                conn, tenant, command.run_id, all_open=True, request_id=mutation.request_id
+            closed = await store_runs.close_run(
+                conn, tenant, command.run_id, mutation.request_id, command.outcome
             )
-            if unit is None:
-                raise run_not_found()
-            released = 0
-            if unit.run.outcome is None:
-                for reservation in await store.open_reservations(conn, tenant, command.run_id):
-                    unit.release(reservation)
-                    released += 1
-                unit.close(command.outcome)
-            await unit.write(conn)
-            tally.reservations_ended(unit.reservation_ends)
-            return CloseResult(await self._view(conn, tenant, command.run_id), released)
+            _ensure_locked(closed.status)
+            tally.reservations_ended(
+                [ReservationState.EXPIRED] * closed.expired
+                + [ReservationState.RELEASED] * closed.released
+            )
+            return CloseResult(await self._view(conn, tenant, command.run_id), closed.released)
 
         return await self._tx.mutate(tenant, mutation, work, encode)
 
@@ -146,26 +137,20 @@ class BudgetService:
         encode: Callable[[RunView], bytes],
     ) -> bytes:
         async def work(conn: asyncpg.Connection, tally: Tally) -> RunView:
-            unit = await RunUnit.lock(conn, tenant, command.run_id, request_id=mutation.request_id)
-            if unit is None:
-                raise run_not_found()
-            run = unit.run
-            outcome = apply_resume(run.budget, run.status, command.delta, self._tx.ceilings)
-            unit.apply(outcome)
-            # What the limits actually rose by (after the host ceilings), what was asked, and
-            # who approved: the authenticated principal, with the caller's note beside it.
-            raised = {
-                d.value: new - old
-                for d in Dimension
-                if (old := run.budget.limit(d)) is not None
-                and (new := outcome.budget.limit(d)) is not None
-                and new != old
-            }
-            requested = {d.value: v for d, v in command.delta.items() if v}
-            detail = {"delta": raised, "requested": requested, "approver": command.approver}
-            unit.note("resume", detail | ({"note": command.note} if command.note else {}))
-            await unit.write(conn)
-            tally.reservations_ended(unit.reservation_ends)
+            resumed = await store_runs.resume_run(
+                conn,
+                tenant,
+                command.run_id,
+                mutation.request_id,
+                command.delta,
+                self._tx.ceilings,
+                command.approver,
+                command.note,
+            )
+            _ensure_locked(resumed.status)
+            if resumed.status != "done":  # raised: the transaction rolls back, expiries too
+                raise resume_error(resumed.status, resumed.state, resumed.dimensions)
+            tally.reservations_ended([ReservationState.EXPIRED] * resumed.expired)
             return await self._view(conn, tenant, command.run_id)
 
         return await self._tx.mutate(tenant, mutation, work, encode)

@@ -9,9 +9,10 @@ import time
 import asyncpg
 
 from budget_service.adapters.metrics import Tally
+from budget_service.domain.run_state import ReservationState
+from budget_service.store import lifecycle as store_runs
 from budget_service.store import reads as store_reads
 from budget_service.store import watchers
-from budget_service.usecases.locked_run import RunUnit
 from budget_service.usecases.transactions import REQUEST_LOG, Transactions
 from servicekit.idempotency import forget_older_than
 
@@ -63,12 +64,9 @@ class Sweeper:
         tally = Tally()
 
         async def work(conn: asyncpg.Connection) -> int:
-            unit = await RunUnit.lock(conn, tenant, run_id, skip_locked=True)
-            if unit is None:  # busy (its own call expires it) or gone
-                return 0
-            await unit.write(conn)
-            tally.reservations_ended(unit.reservation_ends)
-            return len(unit.reservation_ends)
+            expired = await store_runs.expire_run(conn, tenant, run_id)
+            tally.reservations_ended([ReservationState.EXPIRED] * expired)
+            return expired
 
         count = await self._tx.tenant(tenant).transaction(work)
         self._tx.metrics.apply(tally)

@@ -10,10 +10,9 @@ import asyncpg
 
 from budget_service.adapters.metrics import BudgetMetrics, Tally
 from budget_service.domain.commands import Mutation, RunView
-from budget_service.domain.policy import Enforcement, HostCeilings, window_end
+from budget_service.domain.policy import Enforcement, HostCeilings
 from budget_service.domain.records import pool_statuses, run_statuses
 from budget_service.store.reads import RunSnapshot
-from budget_service.usecases.locked_run import AlreadyApplied
 from budget_service.usecases.settings import BudgetSettings
 from servicekit.db import Database
 from servicekit.errors import DomainError
@@ -22,6 +21,12 @@ from servicekit.tenancy import TenantDatabase, for_tenant
 
 T = TypeVar("T")
 REQUEST_LOG = "budget.request_log"
+
+
+class AlreadyApplied(Exception):
+    """A twin of this request (same request_id) committed while this one waited for the run
+    lock: its stored response must be replayed instead of applying the request again, which
+    could refuse (e.g. RESERVATION_SETTLED for a hold the twin just consumed)."""
 
 
 @dataclass
@@ -104,7 +109,7 @@ class Transactions:
         statuses = run_statuses(run, run.balances(snapshot.overdue))
         for pool in sorted(snapshot.pools, key=lambda p: p.balance.key.ref.sort_key):
             key = pool.balance.key
-            end = window_end(pool.budget.window, key.window_start)
+            end = pool.window_end
             reported = pool.balance.reported(pool.budget.policy, pool.budget.max_model_calls)
             statuses += pool_statuses(key.ref, reported, end)
         advisory = self.enforcement(run.scope_advisory) is Enforcement.ADVISORY

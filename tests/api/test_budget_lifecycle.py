@@ -12,11 +12,12 @@ import asyncpg
 import grpc
 from google.rpc import error_details_pb2
 
-from budget_service.domain.policy import Window, window_start
+from budget_service.domain.policy import Window
 from ration.budget.v1 import budget_pb2 as pb
 from tests.support.budget import USD, Budget, new_id
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
+from tests.support.windows import window_start
 
 
 def status(run: pb.Run, dimension: int, scope: int = pb.SCOPE_RUN) -> pb.DimensionStatus:

@@ -16,7 +16,7 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from budget_service.domain.policy import Window, window_end, window_start
+from budget_service.domain.policy import Window
 from ration.budget.v1 import budget_pb2 as pb
 from ration_client import (
     Amounts,
@@ -32,6 +32,7 @@ from tests.support.audits import assert_ledger_matches_balances
 from tests.support.budget import Budget, pool_events
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
+from tests.support.windows import window_end, window_start
 
 
 async def clear_of_a_minute_boundary(db: asyncpg.Connection, seconds_needed: int = 15) -> None:

@@ -53,8 +53,7 @@ from budget_service.domain.run_state import (
     RunState,
 )
 from budget_service.store import stored_replies as replies
-from budget_service.store.changes import EVENTS_CHANNEL
-from budget_service.store.event_hub import EventHub
+from budget_service.store.event_hub import EVENTS_CHANNEL, EventHub
 from budget_service.usecases import reservations as reservations_module
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
@@ -1183,7 +1182,53 @@ _SCENARIOS: dict[str, list[tuple[Any, ...]]] = {
         ("close", 0, RunOutcome.SUCCEEDED),
         ("again", 4),
     ],
+    # The lifecycle functions of the engine (budget.close_run_v1, resume_run_v1, expire_run_v1):
+    # CloseRun expires the overdue hold, releases the other from the run and its pool, a twin
+    # replays, closing again writes only its ledger-free reply, the sweeper finds nothing.
+    "close ends every hold": [
+        _RESERVE,
+        ("reserve", 0, (3, 0, 0, 0), False, "gpt-4o", 0),
+        ("expire", 0, False),
+        ("close", 0, RunOutcome.FAILED),
+        ("again", 2),
+        ("close", 0, RunOutcome.SUCCEEDED),
+        ("sweep",),
+    ],
+    # The sweeper expires holds drawn on yesterday's window and opens today's row.
+    "the sweeper expires on yesterday's window": [
+        _RESERVE,
+        ("reserve", 1, (4, 0, 0, 0), False, "gpt-4o", 0),
+        ("new_day",),
+        ("expire", 0, True),
+        ("expire", 1, True),
+        ("sweep",),
+        ("reserve", 1, (25, 0, 0, 0), False, "gpt-4o", 0),
+    ],
+    # ResumeRun expires the run's overdue hold under its lock, then raises two limits.
+    "resume expires first": [
+        _RESERVE,
+        ("unreserved", 0, (21, 0, 0, 0), "gpt-4o"),
+        ("expire", 0, False),
+        ("resume", 0, (10, 0, 2, 0)),
+        ("again", 2),
+        ("close", 0, RunOutcome.SUCCEEDED),
+    ],
+    # A refused ResumeRun writes nothing, not even the expiry its lock found.
+    "a refused resume writes nothing": [
+        _RESERVE,
+        ("expire", 0, False),
+        ("resume", 2, (5, 0, 0, 0)),
+        ("sweep",),
+    ],
+    # The host ceiling clamps a resumed limit and binds it (budget.reserved says so).
+    "resume clamped by the host ceiling": [
+        ("unreserved", 0, (21, 0, 0, 0), "gpt-4o"),
+        ("resume", 0, (10, 0, 0, 0)),
+        ("unreserved", 0, (5, 0, 0, 0), "gpt-4o"),
+        ("resume", 0, (10, 0, 0, 0)),
+    ],
 }
+_SCENARIO_CEILING = {"resume clamped by the host ceiling": 25}
 
 
 # Scenarios whose pool also bounds model calls.
@@ -1208,4 +1253,5 @@ _SCENARIOS["model calls per window"] = [
 async def test_named_cases(harness: Harness, name: str) -> None:
     pool = (Window.DAY, (60, None, None, None), Enforcement.HARD, _SCENARIO_MODEL_CALLS.get(name))
     runs = [(_POLICY, 1, False), (_POLICY, 2, True)]
-    await run_example(harness, False, None, [pool], None, runs, False, _SCENARIOS[name])
+    ceiling = _SCENARIO_CEILING.get(name)
+    await run_example(harness, False, ceiling, [pool], None, runs, False, _SCENARIOS[name])

@@ -26,8 +26,7 @@ from budget_service.domain.policy import (
     Window,
 )
 from budget_service.domain.run_state import ReservationState, ReserveMode
-from budget_service.store.changes import EVENTS_CHANNEL
-from budget_service.store.event_hub import EventHub
+from budget_service.store.event_hub import EVENTS_CHANNEL, EventHub
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
 from budget_service.usecases.settings import BudgetSettings

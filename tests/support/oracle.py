@@ -42,8 +42,6 @@ from budget_service.domain.policy import (
     Window,
     model_verdict,
     resolve_effective_budget,
-    window_end,
-    window_start,
 )
 from budget_service.domain.records import (
     DimensionStatus,
@@ -66,7 +64,8 @@ from budget_service.domain.run_state import (
     RunState,
     RunStatus,
 )
-from budget_service.store import stored_replies as replies
+from tests.support import stored_reply_encoders as encoders
+from tests.support.windows import window_end, window_start
 
 DIMENSIONS = tuple(Dimension)
 # A pool's own dimension: a Reserve or Check naming a model asks for one model call, which
@@ -569,11 +568,11 @@ def _dumps(doc: Mapping[str, Any]) -> bytes:
 def view_bytes(dimensions: Sequence[DimensionStatus]) -> bytes:
     """The reply this model stores for OpenRun and ResumeRun (the tests encode the service's
     RunView the same way): the run's and its pools' dimensions."""
-    return _dumps({"dimensions": replies.statuses_doc(dimensions)})
+    return _dumps({"dimensions": encoders.statuses_doc(dimensions)})
 
 
 def close_bytes(dimensions: Sequence[DimensionStatus], released: int) -> bytes:
-    return _dumps({"dimensions": replies.statuses_doc(dimensions), "released": released})
+    return _dumps({"dimensions": encoders.statuses_doc(dimensions), "released": released})
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -1023,7 +1022,7 @@ class BudgetOracle:
             held_model_calls=hold.model_calls,
         )
         result = ReserveResult(hold.record(), self.statuses(run, now), reason)
-        return self._done(item.request_id, item.fingerprint, replies.reserve_bytes(result))
+        return self._done(item.request_id, item.fingerprint, encoders.reserve_bytes(result))
 
     def _named_hold(self, item: Item, now: datetime) -> Hold | None:
         hold = self.holds.get((item.run_id, item.reservation_id))
@@ -1090,7 +1089,7 @@ class BudgetOracle:
         result = ConsumeResult(
             outcome.overrun, self.statuses(run, now), run.status.state, hold_state
         )
-        return self._done(item.request_id, item.fingerprint, replies.consume_bytes(result))
+        return self._done(item.request_id, item.fingerprint, encoders.consume_bytes(result))
 
     def _release(self, item: Item, now: datetime) -> Answer:
         found = self._named_hold(item, now)
@@ -1101,7 +1100,7 @@ class BudgetOracle:
                 "refused", refusal={"reason": "RESERVATION_SETTLED", "state": found.state.value}
             )
         self._end(found, ReservationState.RELEASED, "release", item.request_id)
-        return self._done(item.request_id, item.fingerprint, replies.release_bytes(found.record()))
+        return self._done(item.request_id, item.fingerprint, encoders.release_bytes(found.record()))
 
     # --- Check: read-only -----------------------------------------------------------------
 

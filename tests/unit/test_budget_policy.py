@@ -34,10 +34,10 @@ from budget_service.domain.policy import (
     glob_matches,
     model_verdict,
     resolve_effective_budget,
-    window_start,
 )
 from budget_service.domain.refusals import model_denied_error
 from servicekit.errors import ErrorKind, FieldViolation, PreconditionDetail
+from tests.support.windows import window_start
 
 USD = 10**9
 

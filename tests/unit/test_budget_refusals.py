@@ -10,6 +10,7 @@ from budget_service.domain.refusals import (
     budget_exhausted_error,
     budget_held_error,
     reservation_settled_error,
+    resume_error,
     run_state_error,
 )
 from budget_service.domain.run_state import (
@@ -20,8 +21,8 @@ from budget_service.domain.run_state import (
     RunState,
     RunStatus,
 )
-from servicekit.errors import DomainError, ErrorKind, QuotaDetail, RetryDetail
-from tests.support.oracle import exhausted_refusal, held_refusal, state_refusal
+from servicekit.errors import BadRequestDetail, DomainError, ErrorKind, QuotaDetail, RetryDetail
+from tests.support.oracle import exhausted_refusal, held_refusal, resume_refusal, state_refusal
 
 USD = 10**9
 T, C, TC = Dimension.TOKENS, Dimension.COST, Dimension.TOOL_CALLS
@@ -106,3 +107,25 @@ def test_a_settled_hold_names_its_state(state: ReservationState) -> None:
     error = reservation_settled_error(state)
     assert (error.kind, error.reason) == (ErrorKind.PRECONDITION, "RESERVATION_SETTLED")
     assert error.metadata == {"state": state.value}
+
+
+@pytest.mark.parametrize("state", [RunState.ACTIVE, RunState.FAILED, RunState.CLOSED])
+def test_a_resume_the_engine_refuses_for_the_run_state_is_the_oracle_refusal(
+    state: RunState,
+) -> None:
+    error = resume_error("refused", state.value, ())
+    assert error.kind is ErrorKind.PRECONDITION
+    assert {"reason": error.reason, **error.metadata} == resume_refusal(RunStatus(state))
+
+
+def test_a_resume_delta_the_engine_refuses_names_the_request_fields() -> None:
+    negative = resume_error("negative", "interrupted", ("cost", "retries"))
+    assert (negative.kind, negative.reason) == (ErrorKind.INVALID, "VALIDATION_FAILED")
+    assert isinstance(negative.detail, BadRequestDetail)
+    assert [v.field for v in negative.detail.violations] == ["delta.cost_nanos", "delta.retries"]
+    overflow = resume_error("overflow", "interrupted", ("tokens",))
+    assert isinstance(overflow.detail, BadRequestDetail)
+    assert [v.field for v in overflow.detail.violations] == ["delta.tokens"]
+    assert "running total" in overflow.detail.violations[0].description
+    with pytest.raises(ValueError, match="unknown resume outcome"):
+        resume_error("done", "interrupted", ())

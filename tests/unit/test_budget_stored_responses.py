@@ -18,6 +18,7 @@ from budget_service.domain.records import DimensionStatus, PoolKey, ReservationR
 from budget_service.domain.run_state import BalanceRef, ReservationState, RunState
 from budget_service.store import stored_replies as replies
 from ration.budget.v1 import budget_pb2 as pb
+from tests.support import stored_reply_encoders as encoders
 
 # Years 1 through 9999, as microseconds from the Unix epoch (what a Timestamp holds).
 instants = st.integers(-62_135_596_800_000_000, 253_402_300_799_999_999).map(
@@ -88,7 +89,7 @@ def same(a: Any, b: Any) -> None:
 def test_a_reserve_reply_reads_straight_into_the_domain_paths_response(
     result: ReserveResult,
 ) -> None:
-    for data in (replies.reserve_bytes(result), as_sql_writes(replies.reserve_bytes(result))):
+    for data in (encoders.reserve_bytes(result), as_sql_writes(encoders.reserve_bytes(result))):
         view = replies.reserve_of(data)
         assert view.reply is not None
         decoded = plain(view, ReserveResult)
@@ -103,7 +104,7 @@ def test_a_reserve_reply_reads_straight_into_the_domain_paths_response(
 def test_a_consume_reply_reads_straight_into_the_domain_paths_response(
     result: ConsumeResult,
 ) -> None:
-    for data in (replies.consume_bytes(result), as_sql_writes(replies.consume_bytes(result))):
+    for data in (encoders.consume_bytes(result), as_sql_writes(encoders.consume_bytes(result))):
         decoded = plain(replies.consume_of(data), ConsumeResult)
         same(stored.consume(replies.consume_of(data)), out.consume(decoded))
         assert all(n > 0 for n in decoded.overrun.values())
@@ -114,7 +115,7 @@ def test_a_consume_reply_reads_straight_into_the_domain_paths_response(
 def test_a_release_reply_reads_straight_into_the_domain_paths_response(
     record: ReservationRecord,
 ) -> None:
-    for data in (replies.release_bytes(record), as_sql_writes(replies.release_bytes(record))):
+    for data in (encoders.release_bytes(record), as_sql_writes(encoders.release_bytes(record))):
         decoded = plain(replies.release_of(data), ReservationRecord)
         expected = pb.ReleaseResponse(reservation=out.reservation(decoded))
         same(stored.release(replies.release_of(data)), expected)
@@ -125,7 +126,7 @@ def test_a_release_reply_reads_straight_into_the_domain_paths_response(
 def test_a_view_decodes_only_the_fields_read() -> None:
     status = DimensionStatus(Dimension.TOKENS, 10, 4, 3, 3, Scope.RUN, "", "")
     result = ConsumeResult({}, [status], RunState.ACTIVE, ReservationState.CONSUMED)
-    view = replies.consume_of(replies.consume_bytes(result))
+    view = replies.consume_of(encoders.consume_bytes(result))
     assert view.reservation_state is ReservationState.CONSUMED
     assert "dimensions" not in vars(view)
     assert view.dimensions == [status]
@@ -137,7 +138,7 @@ def test_a_view_is_immutable_like_its_domain_value() -> None:
     hold = ReservationRecord(
         "h", "r", "m", none, none, ReservationState.OPEN, (), WINDOW_EPOCH, WINDOW_EPOCH
     )
-    view = replies.release_of(replies.release_bytes(hold))
+    view = replies.release_of(encoders.release_bytes(hold))
     with pytest.raises(dataclasses.FrozenInstanceError):
         view.model = "other"  # type: ignore[misc]
     assert view.model == "m"

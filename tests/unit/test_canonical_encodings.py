@@ -19,6 +19,7 @@ from budget_service.store import stored_replies as replies
 from memory_service.api.requests import append_command
 from memory_service.domain.write_redaction import canonical_json as memory_canonical_json
 from ration.memory.v1 import memory_service_pb2
+from tests.support import stored_reply_encoders as encoders
 
 
 def open_run(**policy: object) -> OpenRun:
@@ -81,7 +82,7 @@ def test_the_memory_write_fingerprint_ignores_metadata_order() -> None:
 
 def test_a_stored_budget_reply_is_canonical_json() -> None:
     result = ConsumeResult({Dimension.TOKENS: 3}, [], RunState.ACTIVE, ReservationState.CONSUMED)
-    data = replies.consume_bytes(result)
+    data = encoders.consume_bytes(result)
     assert data == json.dumps(json.loads(data), sort_keys=True, separators=(",", ":")).encode()
     assert replies.consume_of(data) == replies.consume_of(
         json.dumps(dict(reversed(json.loads(data).items()))).encode()

@@ -12,6 +12,9 @@ BEGIN
     RETURN QUERY
         SELECT row_to_json(v) FROM (
             SELECT s.*, now() AS db_now, b.window_start AS balance_window,
+                budget.window_start_v1(s.window_kind, now()) AS current_window,
+                budget.window_end_v1(s.window_kind, budget.window_start_v1(s.window_kind, now()))
+                    AS current_window_end,
                 b.consumed_tokens AS balance_consumed_tokens,
                 b.consumed_cost_nanos AS balance_consumed_cost_nanos,
                 b.consumed_tool_calls AS balance_consumed_tool_calls,

@@ -1,0 +1,47 @@
+-- budget.close_run_v1: current definition, applied by the repeatable step of
+-- servicekit/migrations.py whenever this file changes (issue 22: the engine is the only writer).
+--
+-- CloseRun: releases every open hold of the run (oldest first) and ends it with p_outcome.
+-- FAILED stays FAILED (its failure code is the more useful fact), any other state becomes
+-- CLOSED; closing a closed run again changes nothing but the expiries its lock found.
+-- status: 'done', or budget.lock_run_v1's 'missing' / 'applied'; expired and released count
+-- the holds this call ended.
+CREATE OR REPLACE FUNCTION budget.close_run_v1(
+    p_tenant text, p_run_id text, p_request_id text, p_outcome text,
+    OUT status text, OUT expired integer, OUT released integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_id text;
+    v_version integer;
+BEGIN
+    PERFORM set_config('ration.tenant_id', p_tenant, true);
+    released := 0;
+    SELECT l.status, l.expired INTO status, expired
+    FROM budget.lock_run_v1(p_tenant, p_run_id, p_request_id, false, true) AS l;
+    IF status <> 'locked' THEN
+        RETURN;
+    END IF;
+    status := 'done';
+    IF (SELECT r.outcome FROM budget.runs r
+        WHERE r.tenant_id = p_tenant AND r.run_id = p_run_id) IS NOT NULL THEN
+        RETURN;
+    END IF;
+    FOR v_id IN
+        SELECT h.reservation_id FROM budget.holds h
+        WHERE h.tenant_id = p_tenant AND h.run_id = p_run_id AND h.state = 'open'
+        ORDER BY h.created_at, h.reservation_id COLLATE "C"
+    LOOP
+        PERFORM budget.end_hold_v1(p_tenant, p_run_id, v_id, 'released', 'release',
+                                   p_request_id);
+        released := released + 1;
+    END LOOP;
+    UPDATE budget.runs SET
+        state = CASE WHEN state = 'failed' THEN 'failed' ELSE 'closed' END,
+        outcome = p_outcome, updated_at = now()
+    WHERE tenant_id = p_tenant AND run_id = p_run_id
+    RETURNING policy_version INTO v_version;
+    INSERT INTO budget.ledger (tenant_id, run_id, request_id, decision, policy_version, detail)
+    VALUES (p_tenant, p_run_id, p_request_id, 'close', v_version,
+            jsonb_build_object('outcome', p_outcome));
+END;
+$$;
