@@ -24,7 +24,7 @@ from servicekit.dbrole import check_role
 from servicekit.interceptors import CallInterceptor, ErrorMapper
 from servicekit.metrics import GrpcMetrics, MetricsEndpoint, pool_gauges
 from servicekit.migrations import MigrationSet, migrate, pending
-from servicekit.settings import ServerSettings, SettingsError
+from servicekit.settings import ServerSettings, SettingsError, postgres_target
 
 log = logging.getLogger(__name__)
 
@@ -152,9 +152,16 @@ class ServiceRunner:
             self.metrics_port = self._metrics.port
         pool_gauges(self.registry, self.app.name, self._pool_stats)
         self._tasks.append(asyncio.create_task(self._readiness(), name=f"{self.app.name}-ready"))
+
+    def _log_listening(self) -> None:
+        """Once SERVING (migrations applied, role checked): before that the port only answers
+        health checks with NOT_SERVING."""
+        metrics = (
+            f"{self.settings.metrics_host}:{self.metrics_port}" if self.metrics_port else "off"
+        )
         log.info(
             "service listening",
-            extra={"service": self.app.name, "address": self.address, "metrics": self.metrics_port},
+            extra={"service": self.app.name, "address": self.address, "metrics": metrics},
         )
 
     def _pool_stats(self) -> dict[str, int] | None:
@@ -175,6 +182,7 @@ class ServiceRunner:
         """Connects and migrates (or checks the schema) with backoff, checks the role, then
         follows Postgres with a periodic probe."""
         delay = 0.1
+        attempt = 0
         while not self._stopping:
             try:
                 await self.database.connect()
@@ -192,8 +200,19 @@ class ServiceRunner:
                 self.error = exc
                 self.failed.set()
                 return
-            except Exception as exc:  # keep retrying whatever the cause; log it
-                log.warning("database not ready", extra={"error": repr(exc)[:300]})
+            except Exception as exc:  # keep retrying whatever the cause; say so each time
+                attempt += 1
+                log.warning(
+                    f"database not ready ({postgres_target(self.database.url)}): "
+                    f"{type(exc).__name__}; retrying in {delay:g}s",
+                    extra={
+                        "service": self.app.name,
+                        "database": postgres_target(self.database.url),
+                        "attempt": attempt,
+                        "retry_in_s": delay,
+                        "error": repr(exc)[:300],
+                    },
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         if self._stopping:
@@ -201,6 +220,7 @@ class ServiceRunner:
         for work in self.app.background:
             self._tasks.append(asyncio.create_task(work()))
         await self._set_health(SERVING)
+        self._log_listening()
         self.ready.set()
         serving = True
         while not self._stopping:

@@ -32,6 +32,9 @@ def test_demo_runs_to_a_breach_and_its_totals_match_get_run(data_dir: Path) -> N
     )
     out = result.stdout
     assert result.returncode == 0, result.stderr[-3000:]
+    # Its own embedded database beside RATION_DATA_DIR: never the one `make run` holds.
+    assert f"postgres: embedded, data in {data_dir}-demo" in out
+    assert not data_dir.exists()
     events = re.findall(r"event\s+(\d+) (\S+)", out)
     kinds = [kind for _, kind in events]
     assert [int(seq) for seq, _ in events] == list(range(1, len(events) + 1))
