@@ -315,6 +315,12 @@ def capabilities(message: pb.GetCapabilitiesResponse) -> v.Capabilities:
     )
 
 
+def scope_budget_page(message: pb.ListScopeBudgetsResponse) -> v.ScopeBudgetPage:
+    return v.ScopeBudgetPage(
+        tuple(scope_budget(b) for b in message.budgets), message.next_page_token
+    )
+
+
 def spend_page(message: pb.ReportSpendResponse) -> v.SpendPage:
     rows = tuple(
         v.SpendRow(

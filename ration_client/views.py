@@ -332,6 +332,12 @@ class ScopeBudget:
 
 
 @dataclass(frozen=True)
+class ScopeBudgetPage:
+    budgets: tuple[ScopeBudget, ...]  # as stored, without balances
+    next_page_token: str  # empty on the last page
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """The OpenWOP `budget` and `limits` blocks; `capabilities_json` is their JSON."""
 
