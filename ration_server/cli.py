@@ -1,5 +1,5 @@
 """The `ration` command: `up`, `budget serve`, `memory serve`, `migrate`, `demo`, `report`,
-`notify`."""
+`pools`, `notify`."""
 
 from __future__ import annotations
 
@@ -234,6 +234,20 @@ async def _report(args: argparse.Namespace, stop: Stop) -> int:
     return 0
 
 
+async def _pools(args: argparse.Namespace, stop: Stop) -> int:
+    """Lists, shows, puts or deletes pooled budgets (RATION_TOKEN: an admin token)."""
+    from ration_client import RationError
+    from ration_server.pools import run_pools
+
+    async with stop.watching():
+        try:
+            await stop.race(run_pools(args, token=os.environ.get("RATION_TOKEN")))
+        except RationError as error:
+            print(f"ration pools: {error}", file=sys.stderr)
+            return 1
+    return 0
+
+
 async def _notify(env: Env, stop: Stop) -> int:
     """Follows the configured tenants' events and POSTs alerts until stopped (exit 0)."""
     from ration_server.notify import run_notify
@@ -295,6 +309,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     report = commands.add_parser("report", help="spend of a time window (ReportSpend), as a table")
     add_arguments(report)
+    pools = commands.add_parser(
+        "pools",
+        help="list, show, put or delete pooled budgets (RATION_TOKEN: an admin token)",
+        description="Pooled budgets of a running budget service (RATION_BUDGET_ADDRESS or "
+        "--budget), with the admin token in RATION_TOKEN. Limits left out are unbounded; "
+        "`-` in a table is unbounded.",
+    )
+    from ration_server.pools import add_arguments as add_pool_arguments
+
+    add_pool_arguments(pools)
     commands.add_parser(
         "notify", help="POST budget alerts of the tenants' event streams to webhooks"
     )
@@ -316,6 +340,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             logs.configure("WARNING", logs.log_format(env))  # the table is the output
             return asyncio.run(_report(args, stop))
+        if args.command == "pools":
+            logs.configure("WARNING", logs.log_format(env))  # the table is the output
+            return asyncio.run(_pools(args, stop))
         if args.command == "notify":
             return asyncio.run(_notify(env, stop))
         workers = env.integer("RATION_WORKERS", 1, minimum=1)
