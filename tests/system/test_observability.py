@@ -125,7 +125,11 @@ def queries() -> list[tuple[str, str, str]]:
             expr = rule["expr"].strip()
             match = COMPARISON.match(expr)
             assert match, f"{rule['alert']}: not `<measure> <comparison> <threshold>`"
-            found.append((f"alert {rule['alert']}", expr, match["measure"]))
+            measure = match["measure"]
+            # absent(x) has data only while the alert fires: what must return data is x, the
+            # targets it watches.
+            absent = re.fullmatch(r"absent\((.*)\)", measure.strip(), re.S)
+            found.append((f"alert {rule['alert']}", expr, absent[1] if absent else measure))
     return found
 
 
