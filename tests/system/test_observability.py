@@ -255,9 +255,15 @@ def budget_traffic(address: str, tag: str, traffic: Traffic) -> None:
                         scope=b.SCOPE_PROJECT,
                         scope_id="proj-pooled",
                         kind=b.SCOPE_BUDGET_KIND_POOLED,
-                        policy=b.BudgetPolicy(max_tokens=1_000_000, max_cost_nanos=100 * NANOS),
+                        policy=b.BudgetPolicy(
+                            max_tokens=1_000_000,
+                            max_cost_nanos=100 * NANOS,
+                            max_tool_calls=1_000,
+                            max_retries=1_000,
+                        ),
                         window=b.WINDOW_NONE,
                         enforcement=b.ENFORCEMENT_HARD,
+                        max_model_calls=1_000,  # the model-call pool gauges have data too
                     ),
                 ),
             )
