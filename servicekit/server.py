@@ -1,4 +1,5 @@
-"""Server wiring written once: interceptors, health, reflection, readiness, graceful shutdown."""
+"""Server wiring written once: interceptors, health, reflection (v1 and v1alpha), readiness,
+graceful shutdown."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from servicekit import ports
+from servicekit import reflection as reflection_v1
 from servicekit.auth import RoleTable, TokenTable, check_role_table
 from servicekit.db import Database
 from servicekit.dbrole import check_role
@@ -71,9 +73,9 @@ def enable_reflection(server: grpc.aio.Server, service_name: str) -> None:
         pool.FindServiceByName(service_name)
     except KeyError:  # the app never imported its *_service_pb2 (or has no descriptor)
         log.warning("reflection cannot describe the service", extra={"service": service_name})
-    reflection.enable_server_reflection(
-        (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool
-    )
+    names = (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME, reflection_v1.V1_SERVICE)
+    reflection.enable_server_reflection(names, server, pool)
+    reflection_v1.enable_v1_reflection(server, names, pool)
 
 
 class ServiceRunner:
