@@ -9,7 +9,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -220,32 +220,34 @@ def _demo_hint(error: Exception) -> str:
     return ""
 
 
-async def _report(args: argparse.Namespace, stop: Stop) -> int:
-    """Prints a spend report of a running budget service (RATION_TOKEN: a reader token)."""
+async def _client_command(
+    name: str, run: Callable[..., Awaitable[None]], args: argparse.Namespace, stop: Stop
+) -> int:
+    """Runs a command against a running service, with the bearer token of RATION_TOKEN; a
+    refusal (ErrorInfo reason and message) is one line on stderr, exit 1."""
     from ration_client import RationError
-    from ration_server.report import run_report
 
     async with stop.watching():
         try:
-            await stop.race(run_report(args, token=os.environ.get("RATION_TOKEN")))
+            await stop.race(run(args, token=os.environ.get("RATION_TOKEN")))
         except RationError as error:
-            print(f"ration report: {error}", file=sys.stderr)
+            print(f"ration {name}: {error}", file=sys.stderr)
             return 1
     return 0
+
+
+async def _report(args: argparse.Namespace, stop: Stop) -> int:
+    """Prints a spend report of a running budget service (RATION_TOKEN: a reader token)."""
+    from ration_server.report import run_report
+
+    return await _client_command("report", run_report, args, stop)
 
 
 async def _pools(args: argparse.Namespace, stop: Stop) -> int:
     """Lists, shows, puts or deletes pooled budgets (RATION_TOKEN: an admin token)."""
-    from ration_client import RationError
     from ration_server.pools import run_pools
 
-    async with stop.watching():
-        try:
-            await stop.race(run_pools(args, token=os.environ.get("RATION_TOKEN")))
-        except RationError as error:
-            print(f"ration pools: {error}", file=sys.stderr)
-            return 1
-    return 0
+    return await _client_command("pools", run_pools, args, stop)
 
 
 async def _notify(env: Env, stop: Stop) -> int:
