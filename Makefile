@@ -25,7 +25,7 @@ proto: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy servicekit budget_service memory_service ration_server ration_client bench tests
+	$(BIN)/mypy servicekit budget_service memory_service ration_server ration_client bench tests examples
 	$(BIN)/lint-imports --no-cache
 	cd proto && ../$(BIN)/buf lint
 	@# buf breaking: today's protos against the previous commit's (skipped in a one-commit clone).

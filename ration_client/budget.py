@@ -37,6 +37,7 @@ from ration_client.views import (
     Scope,
     ScopeBudget,
     ScopeBudgetKind,
+    ScopeBudgetPage,
     SpendGroupBy,
     SpendPage,
     SpendRow,
@@ -389,6 +390,48 @@ class BudgetClient(Client):
             kind=convert.KINDS.number(kind),
         )
         await self._rpc.unary(self._stub.DeleteScopeBudget, request)
+
+    async def list_scope_budgets(
+        self,
+        *,
+        scope: Scope | None = None,
+        kind: ScopeBudgetKind | None = None,
+        window: Window | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> ScopeBudgetPage:
+        """One page of the tenant's scope budgets (admin), by (scope, scope_id, kind), only
+        those of `scope`, `kind` and `window` when given; without balances. Pass
+        `next_page_token` back for the next page."""
+        request = budget_pb2.ListScopeBudgetsRequest(page_size=page_size, page_token=page_token)
+        if scope is not None:  # unset: every scope (and kind, and window)
+            request.scope = convert.SCOPES.number(scope)
+        if kind is not None:
+            request.kind = convert.KINDS.number(kind)
+        if window is not None:
+            request.window = convert.WINDOWS.number(window)
+        reply = await self._rpc.unary(self._stub.ListScopeBudgets, request)
+        return convert.scope_budget_page(reply)
+
+    async def list_scope_budgets_all(
+        self,
+        *,
+        scope: Scope | None = None,
+        kind: ScopeBudgetKind | None = None,
+        window: Window | None = None,
+        page_size: int = 0,
+    ) -> list[ScopeBudget]:
+        """Every scope budget matching the filter, following pages."""
+        budgets: list[ScopeBudget] = []
+        token = ""
+        while True:
+            page = await self.list_scope_budgets(
+                scope=scope, kind=kind, window=window, page_size=page_size, page_token=token
+            )
+            budgets.extend(page.budgets)
+            token = page.next_page_token
+            if not token:
+                return budgets
 
     # ---- capabilities and reports ----------------------------------------------------------
 

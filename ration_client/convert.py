@@ -61,6 +61,10 @@ EVENT_TYPES = EnumTable(v.RunEventType, pb.RunEventType, "RUN_EVENT_TYPE_")
 SPEND_GROUPS = EnumTable(v.SpendGroupBy, pb.SpendGroupBy, "SPEND_GROUP_BY_")
 
 
+# How many of Run.dimensions are the run's own (tokens, cost, tool calls, retries).
+RUN_DIMENSIONS = 4
+
+
 def datetime_of(value: Timestamp) -> datetime:
     return value.ToDatetime(tzinfo=UTC)
 
@@ -167,7 +171,9 @@ def run(message: pb.Run) -> v.Run:
         agent_id=message.agent_id,
         state=STATES.required(message.state),
         effective_budget=effective_budget(message.effective_budget),
-        dimensions=dimension_statuses(message.dimensions),
+        # The server sends the run's own four dimensions first, then its pools' (budget.proto).
+        dimensions=dimension_statuses(message.dimensions[:RUN_DIMENSIONS]),
+        pools=dimension_statuses(message.dimensions[RUN_DIMENSIONS:]),
         policy_version=message.policy_version,
         outcome=OUTCOMES.member(message.outcome),
         failure_code=message.failure_code,
@@ -306,6 +312,12 @@ def capabilities(message: pb.GetCapabilitiesResponse) -> v.Capabilities:
         max_budget_tokens=_optional(limits, "max_budget_tokens"),
         max_budget_cost=_optional_usd(limits, "max_budget_cost_nanos"),
         capabilities_json=message.capabilities_json,
+    )
+
+
+def scope_budget_page(message: pb.ListScopeBudgetsResponse) -> v.ScopeBudgetPage:
+    return v.ScopeBudgetPage(
+        tuple(scope_budget(b) for b in message.budgets), message.next_page_token
     )
 
 

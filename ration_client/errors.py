@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import InvalidOperation
 from typing import Any
 
 import grpc
 from google.rpc import error_details_pb2, status_pb2
 
-from ration_client.views import Dimension, Quantity, Scope
+from ration_client.views import Dimension, Quantity, Scope, nanos_to_usd, usd
 
 
 class RationError(Exception):
@@ -93,9 +93,9 @@ class _BudgetAmounts(RationError):
         if not text:
             return None
         if self.dimension is Dimension.COST:
-            try:
-                return Decimal(text)
-            except InvalidOperation:
+            try:  # the views' form: exact nanos, no trailing zeros, `0` rather than `0E-9`
+                return nanos_to_usd(usd(text))
+            except (InvalidOperation, ValueError):
                 return None
         return self._integer(key)
 

@@ -22,8 +22,9 @@ Quantity = int | Decimal
 
 
 def nanos_to_usd(nanos: int) -> Decimal:
-    """Exact: 1_250_000_000 -> Decimal("1.250000000")."""
-    return Decimal(nanos).scaleb(-9)
+    """Exact and without trailing zeros: 1_250_000_000 -> Decimal("1.25"), 0 -> Decimal("0")
+    (never `0E-9`). Exact division of integers below 10**19 fits Decimal's 28 digits."""
+    return Decimal(nanos) / NANOS_PER_USD
 
 
 def usd(amount: str | int | Decimal) -> int:
@@ -193,7 +194,7 @@ class Run:
     agent_id: str  # empty: no agent scope
     state: RunState
     effective_budget: EffectiveBudget
-    # The run's own four dimensions first, then each bounded dimension of each pool.
+    # The run's own four dimensions (its budget, whichever scope's cap binds it).
     dimensions: tuple[DimensionStatus, ...]
     policy_version: int
     outcome: RunOutcome | None  # set by CloseRun
@@ -202,9 +203,12 @@ class Run:
     updated_at: datetime
     advisory: bool
     advisory_refusals: int
+    # Each bounded dimension of each pool the run draws on, in its current window: shared with
+    # the pool's other runs; `binding_scope` and `binding_scope_id` name the pool.
+    pools: tuple[DimensionStatus, ...] = ()
 
     def status(self, dimension: Dimension) -> DimensionStatus:
-        """The run's own status of a dimension (the server lists the run's four first)."""
+        """The run's own status of a dimension."""
         return next(s for s in self.dimensions if s.dimension is dimension)
 
 
@@ -325,6 +329,12 @@ class ScopeBudget:
     balance: PoolBalance | None = None  # GetScopeBudget of a pool: its current window
     model_match: str = ""  # a pool that applies only to calls whose model matches this glob
     max_model_calls: int | None = None  # a pool's model calls per window; None: unbounded
+
+
+@dataclass(frozen=True)
+class ScopeBudgetPage:
+    budgets: tuple[ScopeBudget, ...]  # as stored, without balances
+    next_page_token: str  # empty on the last page
 
 
 @dataclass(frozen=True)

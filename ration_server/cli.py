@@ -1,5 +1,5 @@
 """The `ration` command: `up`, `budget serve`, `memory serve`, `migrate`, `demo`, `report`,
-`notify`."""
+`pools`, `notify`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # Only light imports up here: main() installs the Ctrl-C handler first, so that a signal that
@@ -18,7 +19,7 @@ from ration_server import __version__, registry
 from servicekit import logs
 from servicekit.embedded import EmbeddedPostgresError
 from servicekit.logs import say
-from servicekit.settings import DatabaseSettings, Env, SettingsError
+from servicekit.settings import DatabaseSettings, Env, SettingsError, postgres_target
 from servicekit.shutdown import STOP, Interrupted, Stop
 
 if TYPE_CHECKING:
@@ -135,7 +136,19 @@ async def _migrate(env: Env, stop: Stop, distribute: bool) -> int:
     schemas = [m.schema for m in sets]
     async with stop.watching(), database_url(settings, stop) as url:
         # The owner role migrates: RATION_MIGRATE_DATABASE_URL when set, else the service URL.
-        conn = await asyncpg.connect(settings.migrate_url or url)
+        target = settings.migrate_url or url
+        try:
+            conn = await stop.race(asyncpg.connect(target, timeout=10))
+        except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            variable = (
+                "RATION_MIGRATE_DATABASE_URL" if settings.migrate_url else settings.url_variable
+            )
+            print(
+                f"ration migrate: cannot connect to {postgres_target(target)} ({variable}): "
+                f"{_cause(exc)}",
+                file=sys.stderr,
+            )
+            return 2
         try:
             applied = await stop.race(migrate(conn, sets))
             # Once distributed, every later migration is distributed in the same step.
@@ -155,39 +168,86 @@ async def _migrate(env: Env, stop: Stop, distribute: bool) -> int:
     return 0
 
 
+def _cause(exc: BaseException) -> str:
+    """One line: the exception's type and the first line of its message."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def demo_data_dir(settings: DatabaseSettings) -> Path:
+    """The demo's own embedded data directory, beside `make run`'s: a demo never writes into
+    the database a running `ration up` holds."""
+    return settings.data_dir.with_name(settings.data_dir.name + "-demo")
+
+
 async def _demo(budget: str | None, memory: str | None, env: Env, stop: Stop) -> int:
     """Runs the scripted agent against given addresses, or against a stack started here."""
+    from ration_client import RationError
     from ration_server.demo import run_demo
 
     token = os.environ.get("RATION_TOKEN")
     async with stop.watching():
-        if budget and memory:
-            await stop.race(run_demo(budget, memory, token=token))
-            return 0
-        overrides = {
-            "RATION_BUDGET_LISTEN": "127.0.0.1:0",
-            "RATION_MEMORY_LISTEN": "127.0.0.1:0",
-            "RATION_BUDGET_METRICS_LISTEN": "off",
-            "RATION_MEMORY_METRICS_LISTEN": "off",
-        }
-        local = Env({**os.environ, **overrides})
-        async with serving(("budget", "memory"), local, stop) as runners:
-            await stop.race(run_demo(runners[0].address, runners[1].address, token=token))
+        try:
+            if budget and memory:
+                await stop.race(run_demo(budget, memory, token=token))
+                return 0
+            overrides = {
+                "RATION_BUDGET_LISTEN": "127.0.0.1:0",
+                "RATION_MEMORY_LISTEN": "127.0.0.1:0",
+                "RATION_BUDGET_METRICS_LISTEN": "off",
+                "RATION_MEMORY_METRICS_LISTEN": "off",
+            }
+            if DatabaseSettings.from_env(env).url is None:
+                overrides["RATION_DATA_DIR"] = str(demo_data_dir(DatabaseSettings.from_env(env)))
+            local = Env({**os.environ, **overrides})
+            async with serving(("budget", "memory"), local, stop) as runners:
+                await stop.race(run_demo(runners[0].address, runners[1].address, token=token))
+        except RationError as error:
+            print(f"ration demo: {error}{_demo_hint(error)}", file=sys.stderr)
+            return 2
+    return 0
+
+
+def _demo_hint(error: Exception) -> str:
+    from ration_client import PermissionDenied, Unauthenticated, Unavailable
+
+    if isinstance(error, Unauthenticated):
+        return " (set RATION_TOKEN to a token with the writer role)"
+    if isinstance(error, PermissionDenied):
+        return " (RATION_TOKEN must hold the writer role; a reader token cannot open runs)"
+    if isinstance(error, Unavailable):
+        return " (is the service running at --budget / --memory?)"
+    return ""
+
+
+async def _client_command(
+    name: str, run: Callable[..., Awaitable[None]], args: argparse.Namespace, stop: Stop
+) -> int:
+    """Runs a command against a running service, with the bearer token of RATION_TOKEN; a
+    refusal (ErrorInfo reason and message) is one line on stderr, exit 1."""
+    from ration_client import RationError
+
+    async with stop.watching():
+        try:
+            await stop.race(run(args, token=os.environ.get("RATION_TOKEN")))
+        except RationError as error:
+            print(f"ration {name}: {error}", file=sys.stderr)
+            return 1
     return 0
 
 
 async def _report(args: argparse.Namespace, stop: Stop) -> int:
     """Prints a spend report of a running budget service (RATION_TOKEN: a reader token)."""
-    from ration_client import RationError
     from ration_server.report import run_report
 
-    async with stop.watching():
-        try:
-            await stop.race(run_report(args, token=os.environ.get("RATION_TOKEN")))
-        except RationError as error:
-            print(f"ration report: {error}", file=sys.stderr)
-            return 1
-    return 0
+    return await _client_command("report", run_report, args, stop)
+
+
+async def _pools(args: argparse.Namespace, stop: Stop) -> int:
+    """Lists, shows, puts or deletes pooled budgets (RATION_TOKEN: an admin token)."""
+    from ration_server.pools import run_pools
+
+    return await _client_command("pools", run_pools, args, stop)
 
 
 async def _notify(env: Env, stop: Stop) -> int:
@@ -235,17 +295,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="on a Citus coordinator: distribute the schemas by tenant (idempotent; "
         "later runs of `ration migrate` repeat it by themselves)",
     )
-    demo = commands.add_parser("demo", help="a scripted agent run under a budget, shown live")
-    demo.add_argument("--budget", help="budget service address (default: start a local stack)")
-    demo.add_argument("--memory", help="memory service address")
+    demo = commands.add_parser(
+        "demo",
+        help="a scripted agent run under a budget, shown live",
+        description="A scripted agent run under a budget, shown live. Without addresses it "
+        "starts both services itself, on RATION_DATABASE_URL or on an embedded Postgres of its "
+        "own (RATION_DATA_DIR with a -demo suffix, never the one `make run` holds). Against "
+        "running services (--budget and --memory, both), RATION_TOKEN is the bearer token "
+        "sent: a token with the writer role when they have a token file.",
+    )
+    demo.add_argument(
+        "--budget", help="budget service address (with --memory; default: start a local stack)"
+    )
+    demo.add_argument("--memory", help="memory service address (with --budget)")
     from ration_server.report import add_arguments
 
     report = commands.add_parser("report", help="spend of a time window (ReportSpend), as a table")
     add_arguments(report)
+    pools = commands.add_parser(
+        "pools",
+        help="list, show, put or delete pooled budgets (RATION_TOKEN: an admin token)",
+        description="Pooled budgets of a running budget service (RATION_BUDGET_ADDRESS or "
+        "--budget), with the admin token in RATION_TOKEN. Limits left out are unbounded; "
+        "`-` in a table is unbounded.",
+    )
+    from ration_server.pools import add_arguments as add_pool_arguments
+
+    add_pool_arguments(pools)
     commands.add_parser(
         "notify", help="POST budget alerts of the tenants' event streams to webhooks"
     )
     args = parser.parse_args(argv)
+    if args.command == "demo" and bool(args.budget) != bool(args.memory):
+        demo.error("--budget and --memory go together: give both addresses, or neither")
 
     env = Env()
     try:
@@ -261,6 +343,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             logs.configure("WARNING", logs.log_format(env))  # the table is the output
             return asyncio.run(_report(args, stop))
+        if args.command == "pools":
+            logs.configure("WARNING", logs.log_format(env))  # the table is the output
+            return asyncio.run(_pools(args, stop))
         if args.command == "notify":
             return asyncio.run(_notify(env, stop))
         workers = env.integer("RATION_WORKERS", 1, minimum=1)

@@ -10,6 +10,9 @@ from ration_client import BudgetClient, SpendGroupBy, SpendRow
 
 COLUMNS = ("cost (USD)", "tokens", "tool calls", "retries", "calls")
 DEFAULT_DAYS = 7
+# The empty key (no model, workflow or agent) as the client has it: the empty string, shown
+# as Python and JSON write it.
+EMPTY_KEY = '""'
 
 
 def instant(text: str) -> datetime:
@@ -50,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def table(group_by: SpendGroupBy, rows: Sequence[SpendRow]) -> list[str]:
     """Aligned lines: one per group, then the total. Cost is exact (nanos as 9 decimals)."""
     cells = [
-        [row.key or "(none)", _usd(row.cost_nanos), *(f"{n:,}" for n in _counts(row))]
+        [row.key or EMPTY_KEY, _usd(row.cost_nanos), *(f"{n:,}" for n in _counts(row))]
         for row in rows
     ]
     total_cost = sum(row.cost_nanos for row in rows)

@@ -1,4 +1,5 @@
-"""Server wiring written once: interceptors, health, reflection, readiness, graceful shutdown."""
+"""Server wiring written once: interceptors, health, reflection (v1 and v1alpha), readiness,
+graceful shutdown."""
 
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
 from servicekit import ports
+from servicekit import reflection as reflection_v1
 from servicekit.auth import RoleTable, TokenTable, check_role_table
 from servicekit.db import Database
 from servicekit.dbrole import check_role
 from servicekit.interceptors import CallInterceptor, ErrorMapper
 from servicekit.metrics import GrpcMetrics, MetricsEndpoint, pool_gauges
 from servicekit.migrations import MigrationSet, migrate, pending
-from servicekit.settings import ServerSettings, SettingsError
+from servicekit.settings import ServerSettings, SettingsError, postgres_target
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +73,9 @@ def enable_reflection(server: grpc.aio.Server, service_name: str) -> None:
         pool.FindServiceByName(service_name)
     except KeyError:  # the app never imported its *_service_pb2 (or has no descriptor)
         log.warning("reflection cannot describe the service", extra={"service": service_name})
-    reflection.enable_server_reflection(
-        (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME), server, pool
-    )
+    names = (service_name, health.SERVICE_NAME, reflection.SERVICE_NAME, reflection_v1.V1_SERVICE)
+    reflection.enable_server_reflection(names, server, pool)
+    reflection_v1.enable_v1_reflection(server, names, pool)
 
 
 class ServiceRunner:
@@ -152,9 +154,16 @@ class ServiceRunner:
             self.metrics_port = self._metrics.port
         pool_gauges(self.registry, self.app.name, self._pool_stats)
         self._tasks.append(asyncio.create_task(self._readiness(), name=f"{self.app.name}-ready"))
+
+    def _log_listening(self) -> None:
+        """Once SERVING (migrations applied, role checked): before that the port only answers
+        health checks with NOT_SERVING."""
+        metrics = (
+            f"{self.settings.metrics_host}:{self.metrics_port}" if self.metrics_port else "off"
+        )
         log.info(
             "service listening",
-            extra={"service": self.app.name, "address": self.address, "metrics": self.metrics_port},
+            extra={"service": self.app.name, "address": self.address, "metrics": metrics},
         )
 
     def _pool_stats(self) -> dict[str, int] | None:
@@ -175,6 +184,7 @@ class ServiceRunner:
         """Connects and migrates (or checks the schema) with backoff, checks the role, then
         follows Postgres with a periodic probe."""
         delay = 0.1
+        attempt = 0
         while not self._stopping:
             try:
                 await self.database.connect()
@@ -192,8 +202,19 @@ class ServiceRunner:
                 self.error = exc
                 self.failed.set()
                 return
-            except Exception as exc:  # keep retrying whatever the cause; log it
-                log.warning("database not ready", extra={"error": repr(exc)[:300]})
+            except Exception as exc:  # keep retrying whatever the cause; say so each time
+                attempt += 1
+                log.warning(
+                    f"database not ready ({postgres_target(self.database.url)}): "
+                    f"{type(exc).__name__}; retrying in {delay:g}s",
+                    extra={
+                        "service": self.app.name,
+                        "database": postgres_target(self.database.url),
+                        "attempt": attempt,
+                        "retry_in_s": delay,
+                        "error": repr(exc)[:300],
+                    },
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         if self._stopping:
@@ -201,6 +222,7 @@ class ServiceRunner:
         for work in self.app.background:
             self._tasks.append(asyncio.create_task(work()))
         await self._set_health(SERVING)
+        self._log_listening()
         self.ready.set()
         serving = True
         while not self._stopping:

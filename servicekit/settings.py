@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,6 +86,38 @@ def parse_address(name: str, value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port_text)
 
 
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
+def postgres_url(name: str, value: str) -> str:
+    """A `postgresql://` URL as asyncpg reads it, or a SettingsError naming the variable (never
+    echoing the value: it may hold a password)."""
+    try:
+        parts = urllib.parse.urlsplit(value.strip())
+        parts.port  # noqa: B018 - parsing the port is the check (a ValueError when not a number)
+    except ValueError as exc:
+        raise SettingsError(f"{name} is invalid: not a URL ({exc})") from None
+    if parts.scheme not in POSTGRES_SCHEMES:
+        raise SettingsError(
+            f"{name} is invalid: expected postgresql://user:password@host:port/database"
+            f" (scheme {parts.scheme!r})"
+        )
+    return value.strip()
+
+
+def postgres_target(url: str) -> str:
+    """`host:port/database` of a Postgres URL, for messages: never its user or password."""
+    parts = urllib.parse.urlsplit(url)
+    query = urllib.parse.parse_qs(parts.query)
+    host = parts.hostname or query.get("host", ["localhost"])[0]
+    try:
+        port = parts.port or int(query.get("port", ["5432"])[0])
+    except ValueError:
+        port = 5432
+    database = parts.path.lstrip("/") or query.get("dbname", [parts.username or ""])[0]
+    return f"{host}:{port}/{database}"
+
+
 # What a gRPC client receives unless configured otherwise (grpc.max_receive_message_length).
 DEFAULT_CLIENT_RECEIVE_BYTES = 4 * 1024 * 1024
 RESPONSE_MARGIN_BYTES = 64 * 1024
@@ -138,6 +171,8 @@ class DatabaseSettings:
     migrate_url: str | None = None
     # Serve even when the role bypasses row-level security (servicekit/dbrole.py).
     allow_privileged_role: bool = False
+    # The variable `url` came from, for messages.
+    url_variable: str = "RATION_DATABASE_URL"
 
     @classmethod
     def from_env(cls, env: Env) -> DatabaseSettings:
@@ -147,8 +182,13 @@ class DatabaseSettings:
             raise SettingsError(
                 f"RATION_DB_POOL_MIN={pool_min} is invalid: must be <= RATION_DB_POOL_MAX"
             )
+        url_variable = "RATION_DATABASE_URL"
+        if env.optional_text(url_variable) is None and env.optional_text("DATABASE_URL"):
+            url_variable = "DATABASE_URL"
+        url = env.optional_text(url_variable)
+        migrate_url = env.optional_text("RATION_MIGRATE_DATABASE_URL")
         return cls(
-            url=env.optional_text("RATION_DATABASE_URL") or env.optional_text("DATABASE_URL"),
+            url=None if url is None else postgres_url(url_variable, url),
             data_dir=env.path("RATION_DATA_DIR") or Path("var/pgdata"),
             pool_min=pool_min,
             pool_max=pool_max,
@@ -156,8 +196,11 @@ class DatabaseSettings:
             acquire_timeout_seconds=env.integer("RATION_DB_ACQUIRE_TIMEOUT_MS", 2000, minimum=1)
             / 1000,
             migrate_on_start=env.flag("RATION_MIGRATE_ON_START", True),
-            migrate_url=env.optional_text("RATION_MIGRATE_DATABASE_URL"),
+            migrate_url=None
+            if migrate_url is None
+            else postgres_url("RATION_MIGRATE_DATABASE_URL", migrate_url),
             allow_privileged_role=env.flag("RATION_ALLOW_PRIVILEGED_DB_ROLE", False),
+            url_variable=url_variable,
         )
 
 

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from budget_service.domain import events as ev
 from budget_service.domain.events import NANOS_PER_USD
-from budget_service.domain.policy import Dimension, Enforcement, Scope
+from budget_service.domain.policy import AnyDimension, Dimension, Enforcement, PoolDimension, Scope
 from budget_service.domain.run_state import Balance, BalanceRef, ReservationState
 from servicekit.labels import MetricLabels
 
@@ -20,17 +20,18 @@ from servicekit.labels import MetricLabels
 # same way. Never run, reservation, request or user ids.
 
 # Each pool gauge's unit, by dimension: one unit per metric name.
-POOL_UNITS = {
+POOL_UNITS: dict[AnyDimension, str] = {
     Dimension.TOKENS: "tokens",
     Dimension.COST: "usd",
     Dimension.TOOL_CALLS: "tool_calls",
     Dimension.RETRIES: "retries",
+    PoolDimension.MODEL_CALLS: "model_calls",  # a pool's model calls (requests) per window
 }
 # Counted per (tenant, project[, model]): relabelled on the way out (BudgetMetrics._spend_labels).
 SPEND_METRICS = frozenset(("tokens", "cost", "tool_calls", "retries"))
 
 # One pooled budget's current window as a gauge refresh sees it.
-PoolBalances = tuple[str, BalanceRef, Mapping[Dimension, Balance]]
+PoolBalances = tuple[str, BalanceRef, Mapping[AnyDimension, Balance]]
 
 
 @dataclass
@@ -130,7 +131,7 @@ def decision_tally(
     return tally
 
 
-def pool_value(dimension: Dimension, amount: int) -> float:
+def pool_value(dimension: AnyDimension, amount: int) -> float:
     """An amount in its gauge's unit: cost in USD, the others as counted."""
     return amount / NANOS_PER_USD if dimension is Dimension.COST else float(amount)
 
@@ -200,8 +201,8 @@ class BudgetMetrics:
             "ration_budget_holds_open", "Open, unexpired holds (all replicas).", registry=registry
         )
         pool_labels = ("scope", "rank") + (("tenant", "scope_id") if labels.tenant_labels else ())
-        self.pool_remaining: dict[Dimension, Gauge] = {}
-        self.pool_limit: dict[Dimension, Gauge] = {}
+        self.pool_remaining: dict[AnyDimension, Gauge] = {}
+        self.pool_limit: dict[AnyDimension, Gauge] = {}
         for dimension, unit in POOL_UNITS.items():
             self.pool_remaining[dimension] = Gauge(
                 f"ration_budget_pool_remaining_{unit}",
@@ -216,7 +217,7 @@ class BudgetMetrics:
                 pool_labels,
                 registry=registry,
             )
-        self._pool_series: set[tuple[Dimension, tuple[str, ...]]] = set()
+        self._pool_series: set[tuple[AnyDimension, tuple[str, ...]]] = set()
 
     def _spend_labels(self, labels: tuple[str, ...]) -> tuple[str, ...]:
         """(tenant, project[, model]) as exposed: bounded, and without ids unless opted in."""
@@ -243,7 +244,7 @@ class BudgetMetrics:
     def set_pools(self, pools: Iterable[PoolBalances]) -> None:
         """Replaces the pool gauges with the `max_pools` most depleted pools of each scope kind
         and unit; series no longer ranked disappear."""
-        ranked: dict[tuple[Dimension, Scope], list[tuple[float, int, str, str, int]]] = {}
+        ranked: dict[tuple[AnyDimension, Scope], list[tuple[float, int, str, str, int]]] = {}
         for tenant, ref, balances in pools:
             for dimension, balance in balances.items():
                 if balance.limit is None or balance.remaining is None:
@@ -251,7 +252,7 @@ class BudgetMetrics:
                 share = balance.remaining / balance.limit if balance.limit else 0.0
                 entry = (share, balance.remaining, tenant, ref.scope_id, balance.limit)
                 ranked.setdefault((dimension, ref.scope), []).append(entry)
-        series: set[tuple[Dimension, tuple[str, ...]]] = set()
+        series: set[tuple[AnyDimension, tuple[str, ...]]] = set()
         for (dimension, scope), entries in ranked.items():
             entries.sort()
             for rank, (_, remaining, tenant, scope_id, limit) in enumerate(

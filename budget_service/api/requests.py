@@ -359,6 +359,55 @@ def scope_key(request: Any, mutating: bool) -> tuple[cmd.Mutation | None, cmd.Sc
     return mutation, cmd.ScopeKey(scope, request.scope_id, kind)
 
 
+def _list_digest(query: cmd.ScopeBudgetQuery) -> str:
+    """What a scope-budget page token is bound to: the filter (not page_size)."""
+    parts = [getattr(x, "value", None) for x in (query.scope, query.kind, query.window)]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def scope_budgets_page_token(query: cmd.ScopeBudgetQuery, after: cmd.ScopeBudgetSortKey) -> str:
+    key = [after.scope, after.scope_id, after.kind]
+    document = json.dumps({"q": _list_digest(query), "k": key}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(document.encode()).decode()
+
+
+def _scope_budgets_after(
+    token: str, query: cmd.ScopeBudgetQuery, found: _Violations
+) -> cmd.ScopeBudgetSortKey | None:
+    if not token:
+        return None
+    try:
+        document = json.loads(base64.urlsafe_b64decode(token.encode()))
+        key = document["k"]
+        if document["q"] != _list_digest(query) or not (
+            isinstance(key, list) and len(key) == 3 and all(isinstance(k, str) for k in key)
+        ):
+            raise ValueError(token)
+        return cmd.ScopeBudgetSortKey(*key)
+    except (ValueError, TypeError, KeyError):  # also binascii.Error and UnicodeDecodeError
+        found.append(FieldViolation("page_token", "is not a page token of this listing"))
+        return None
+
+
+def list_scope_budgets(
+    request: pb.ListScopeBudgetsRequest,
+) -> tuple[cmd.ScopeBudgetQuery, cmd.ScopeBudgetSortKey | None, int]:
+    """The filter, the last key of the previous page (None for the first) and the page size."""
+    found = _Violations()
+    scope = None
+    if request.scope:
+        scope = found.enum(request.scope, SCOPES, "scope", Scope.PROJECT)
+        if scope is Scope.RUN:
+            found.append(FieldViolation("scope", "must be WORKFLOW, AGENT or PROJECT"))
+    kind = found.enum(request.kind, KINDS, "kind", ScopeBudgetKind.POOLED) if request.kind else None
+    window = found.enum(request.window, WINDOWS, "window", Window.NONE) if request.window else None
+    found += v.check_int(request.page_size, "page_size", 0, v.MAX_PAGE_SIZE)
+    query = cmd.ScopeBudgetQuery(scope, kind, window)
+    after = _scope_budgets_after(request.page_token, query, found)
+    found.check()
+    return query, after, request.page_size or DEFAULT_PAGE_SIZE
+
+
 def _instant(request: pb.ReportSpendRequest, name: str, found: _Violations) -> datetime | None:
     if not request.HasField(name):
         found.append(FieldViolation(name, "is required"))

@@ -14,6 +14,7 @@ from budget_service.api.requests import (
     SCOPES,
     WINDOWS,
     page_token,
+    scope_budgets_page_token,
     spend_page_token,
 )
 from budget_service.domain import commands as cmd
@@ -366,6 +367,16 @@ def capabilities(caps: BudgetCapabilities) -> pb.GetCapabilitiesResponse:
         ),
         limits=limits,
         capabilities_json=caps.to_json(),
+    )
+
+
+def list_scope_budgets(
+    query: cmd.ScopeBudgetQuery, page: cmd.ScopeBudgetPage
+) -> pb.ListScopeBudgetsResponse:
+    after = page.next_after
+    return pb.ListScopeBudgetsResponse(
+        budgets=[scope_budget(stored) for stored in page.budgets],
+        next_page_token="" if after is None else scope_budgets_page_token(query, after),
     )
 
 

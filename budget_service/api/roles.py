@@ -26,6 +26,7 @@ _ROLES: dict[str, str | None] = {
     "PutScopeBudget": "admin",
     "GetScopeBudget": "admin",
     "DeleteScopeBudget": "admin",
+    "ListScopeBudgets": "admin",
     "GetCapabilities": None,
     "ReportSpend": "reader",
 }

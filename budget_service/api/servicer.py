@@ -156,6 +156,14 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         )
         return pb.DeleteScopeBudgetResponse.FromString(data)
 
+    async def ListScopeBudgets(
+        self, request: pb.ListScopeBudgetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListScopeBudgetsResponse:
+        tenant = current_identity().tenant
+        query, after, page_size = convert.list_scope_budgets(request)
+        page = await self._service.list_scope_budgets(tenant, query, after, page_size)
+        return out.list_scope_budgets(query, page)
+
     async def GetCapabilities(
         self, request: pb.GetCapabilitiesRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetCapabilitiesResponse:

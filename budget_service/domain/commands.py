@@ -12,6 +12,7 @@ from budget_service.domain.policy import (
     ModelVerdict,
     Scope,
     ScopeBudgetKind,
+    Window,
 )
 from budget_service.domain.records import (
     DimensionStatus,
@@ -90,6 +91,30 @@ class ScopeKey:
     scope: Scope
     scope_id: str
     kind: ScopeBudgetKind
+
+
+@dataclass(frozen=True)
+class ScopeBudgetQuery:
+    """ListScopeBudgets' filter: None matches every scope, kind or window."""
+
+    scope: Scope | None
+    kind: ScopeBudgetKind | None
+    window: Window | None
+
+
+@dataclass(frozen=True)
+class ScopeBudgetSortKey:
+    """Where a page of scope budgets ends: (scope, scope_id, kind) as stored."""
+
+    scope: str
+    scope_id: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class ScopeBudgetPage:
+    budgets: list[StoredScopeBudget]
+    next_after: ScopeBudgetSortKey | None  # None on the last page
 
 
 @dataclass(frozen=True)

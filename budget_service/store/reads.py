@@ -164,8 +164,7 @@ def _pool_view(row: Mapping[str, Any]) -> PoolView:
             rows.amounts_of(row, "balance_consumed"),
             rows.amounts_of(row, "balance_held"),
             rows.amounts_of(row, "overdue"),
-            # budget.pool_gauges() rows (migration 0005) carry no model calls: gauges show the
-            # four dimensions only.
+            # budget.pool_gauges() rows carry them since 0.2.0 (store/functions/pool_gauges.sql).
             int(row.get("balance_consumed_model_calls") or 0),
             int(row.get("balance_held_model_calls") or 0),
             int(row.get("overdue_model_calls") or 0),

@@ -16,6 +16,9 @@ from budget_service.domain.commands import (
     OpenRun,
     ResumeRun,
     RunView,
+    ScopeBudgetPage,
+    ScopeBudgetQuery,
+    ScopeBudgetSortKey,
     ScopeBudgetView,
     ScopeKey,
 )
@@ -37,6 +40,7 @@ from budget_service.domain.refusals import (
 from budget_service.domain.run_state import BalanceRef, ReservationState, RunStatus
 from budget_service.store import lifecycle as store_runs
 from budget_service.store import reads as store_reads
+from budget_service.store import scope_budget_list
 from budget_service.store.event_hub import EventHub
 from budget_service.store.reads import StoredEvent
 from budget_service.usecases.stream_slots import StreamSlots
@@ -223,6 +227,30 @@ class BudgetService:
             if found is None:
                 raise scope_budget_not_found()
             return ScopeBudgetView(*found)
+
+        return await self._tx.read(tenant, work)
+
+    async def list_scope_budgets(
+        self,
+        tenant: str,
+        query: ScopeBudgetQuery,
+        after: ScopeBudgetSortKey | None,
+        page_size: int,
+    ) -> ScopeBudgetPage:
+        """One page after `after` (the previous page's last key), read in the tenant: one row
+        more than the page tells whether another page follows."""
+
+        async def work(conn: asyncpg.Connection) -> ScopeBudgetPage:
+            found = await scope_budget_list.list_scope_budgets(
+                conn, tenant, query, after, page_size + 1
+            )
+            page = found[:page_size]
+            if len(found) <= page_size:
+                return ScopeBudgetPage(page, None)
+            last = page[-1].budget
+            return ScopeBudgetPage(
+                page, ScopeBudgetSortKey(last.scope.value, last.scope_id, last.kind.value)
+            )
 
         return await self._tx.read(tenant, work)
 

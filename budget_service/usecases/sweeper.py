@@ -83,6 +83,10 @@ class Sweeper:
         open_reservations, pools = await self._tx.upkeep(work)
         self._tx.metrics.reservations_open.set(open_reservations)
         self._tx.metrics.set_pools(
-            (tenant, pool.balance.key.ref, pool.balance.judged(pool.budget.policy))
+            (
+                tenant,
+                pool.balance.key.ref,
+                pool.balance.reported(pool.budget.policy, pool.budget.max_model_calls),
+            )
             for tenant, pool in pools
         )

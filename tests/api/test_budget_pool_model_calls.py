@@ -212,11 +212,12 @@ async def test_the_typed_client_sets_and_reports_model_calls(start_server: Start
         calls = [s for s in pool.balance.dimensions if s.dimension is Dimension.MODEL_CALLS]
         assert [(s.limit, s.consumed, s.held, s.remaining) for s in calls] == [(1, 1, 0, 0)]
         run = await budget.get_run("r")
-        assert [s.dimension for s in run.dimensions][:4] == [
+        assert [s.dimension for s in run.dimensions] == [
             Dimension.TOKENS,
             Dimension.COST,
             Dimension.TOOL_CALLS,
             Dimension.RETRIES,
         ]
-        assert run.dimensions[-1].dimension is Dimension.MODEL_CALLS
-        assert run.dimensions[-1].window_end is not None
+        assert run.pools[-1].dimension is Dimension.MODEL_CALLS
+        assert run.pools[-1].window_end is not None
+        assert (run.pools[-1].binding_scope, run.pools[-1].binding_scope_id) == (Scope.PROJECT, "p")

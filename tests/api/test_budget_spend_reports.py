@@ -364,7 +364,7 @@ async def test_ration_report_prints_the_table(budget: BudgetClient, budget_addre
         "calls",
     ]
     assert [line.split() for line in lines[2:]] == [
-        ["(none)", "0.000000000", "0", "2", "0", "1"],
+        ['""', "0.000000000", "0", "2", "0", "1"],
         ["claude-3", "1.000000000", "5", "0", "0", "1"],
         ["gpt-4o", "0.003500000", "2,000", "0", "0", "2"],
         ["total", "1.003500000", "2,005", "2", "0", "4"],

@@ -32,6 +32,9 @@ def test_demo_runs_to_a_breach_and_its_totals_match_get_run(data_dir: Path) -> N
     )
     out = result.stdout
     assert result.returncode == 0, result.stderr[-3000:]
+    # Its own embedded database beside RATION_DATA_DIR: never the one `make run` holds.
+    assert f"postgres: embedded, data in {data_dir}-demo" in out
+    assert not data_dir.exists()
     events = re.findall(r"event\s+(\d+) (\S+)", out)
     kinds = [kind for _, kind in events]
     assert [int(seq) for seq, _ in events] == list(range(1, len(events) + 1))
@@ -54,13 +57,14 @@ def test_demo_runs_to_a_breach_and_its_totals_match_get_run(data_dir: Path) -> N
     assert processes_mentioning(str(data_dir)) == []
 
 
-def test_demo_after_a_sigkilled_run_stops_the_postgres_it_took_over(data_dir: Path) -> None:
-    killed = Proc.start([str(BIN / "ration"), "up"], clean_env(RATION_DATA_DIR=str(data_dir)))
+def test_demo_after_a_sigkilled_demo_stops_the_postgres_it_took_over(data_dir: Path) -> None:
+    demo_dir = f"{data_dir}-demo"  # the demo's own data directory (never `make run`'s)
+    killed = Proc.start([str(BIN / "ration"), "demo"], clean_env(RATION_DATA_DIR=str(data_dir)))
     try:
-        killed.wait_for("ready:")
+        killed.wait_for(" event ")
     finally:
         killed.stop(signal.SIGKILL)
-    assert processes_mentioning(str(data_dir)), "SIGKILL leaves the embedded postgres behind"
+    assert processes_mentioning(demo_dir), "SIGKILL leaves the embedded postgres behind"
     result = subprocess.run(
         [str(BIN / "ration"), "demo"],
         cwd=ROOT,

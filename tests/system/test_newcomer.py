@@ -77,7 +77,7 @@ def test_newcomer_path_after_a_sigkilled_run_prints_no_traceback_and_leaves_noth
         assert tour.returncode == 0, tour.stderr[-3000:]
         assert_no_traceback(tour.stderr)
         for argv in (
-            ["demo"],  # its own stack, on the same embedded postgres as `make run`
+            ["demo"],  # its own stack, on an embedded postgres of its own
             ["demo", "--budget", proc.addresses["budget"], "--memory", proc.addresses["memory"]],
         ):
             demo = subprocess.run(

@@ -129,7 +129,11 @@ def queries() -> list[tuple[str, str, str]]:
             expr = rule["expr"].strip()
             match = COMPARISON.match(expr)
             assert match, f"{rule['alert']}: not `<measure> <comparison> <threshold>`"
-            found.append((f"alert {rule['alert']}", expr, match["measure"]))
+            measure = match["measure"]
+            # absent(x) has data only while the alert fires: what must return data is x, the
+            # targets it watches.
+            absent = re.fullmatch(r"absent\((.*)\)", measure.strip(), re.S)
+            found.append((f"alert {rule['alert']}", expr, absent[1] if absent else measure))
     return found
 
 
@@ -255,9 +259,15 @@ def budget_traffic(address: str, tag: str, traffic: Traffic) -> None:
                         scope=b.SCOPE_PROJECT,
                         scope_id="proj-pooled",
                         kind=b.SCOPE_BUDGET_KIND_POOLED,
-                        policy=b.BudgetPolicy(max_tokens=1_000_000, max_cost_nanos=100 * NANOS),
+                        policy=b.BudgetPolicy(
+                            max_tokens=1_000_000,
+                            max_cost_nanos=100 * NANOS,
+                            max_tool_calls=1_000,
+                            max_retries=1_000,
+                        ),
                         window=b.WINDOW_NONE,
                         enforcement=b.ENFORCEMENT_HARD,
+                        max_model_calls=1_000,  # the model-call pool gauges have data too
                     ),
                 ),
             )

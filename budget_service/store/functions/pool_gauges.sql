@@ -3,8 +3,8 @@
 -- this file changes (moved here from migration 0005).
 --
 -- Every tenant's pooled budgets with the newest balance row and what overdue holds still hold
--- on it, one JSON document per pool (budget_service/store_reads.py reads the same columns as
--- for a run's pools), for the remaining-budget gauges.
+-- on it (model calls too), one JSON document per pool (budget_service/store/reads.py reads
+-- the same columns as for a run's pools), for the remaining-budget gauges.
 CREATE OR REPLACE FUNCTION budget.pool_gauges() RETURNS SETOF json
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -23,7 +23,10 @@ BEGIN
                 b.held_cost_nanos AS balance_held_cost_nanos,
                 b.held_tool_calls AS balance_held_tool_calls,
                 b.held_retries AS balance_held_retries,
-                o.overdue_tokens, o.overdue_cost_nanos, o.overdue_tool_calls, o.overdue_retries
+                b.consumed_model_calls AS balance_consumed_model_calls,
+                b.held_model_calls AS balance_held_model_calls,
+                o.overdue_tokens, o.overdue_cost_nanos, o.overdue_tool_calls, o.overdue_retries,
+                o.overdue_model_calls
             FROM budget.scope_budgets s
             LEFT JOIN LATERAL (
                 SELECT * FROM budget.pool_balances p
@@ -34,7 +37,8 @@ BEGIN
                 SELECT coalesce(sum(h.granted_tokens), 0)::bigint AS overdue_tokens,
                        coalesce(sum(h.granted_cost_nanos), 0)::bigint AS overdue_cost_nanos,
                        coalesce(sum(h.granted_tool_calls), 0)::bigint AS overdue_tool_calls,
-                       coalesce(sum(h.granted_retries), 0)::bigint AS overdue_retries
+                       coalesce(sum(h.granted_retries), 0)::bigint AS overdue_retries,
+                       coalesce(sum(h.granted_model_calls), 0)::bigint AS overdue_model_calls
                 FROM budget.holds h,
                      unnest(h.pool_scopes, h.pool_scope_ids, h.pool_windows)
                          AS k(scope, scope_id, window_start)

@@ -68,6 +68,8 @@ from ration.budget.v1.budget_requests_pb2 import BudgetLimits as BudgetLimits
 from ration.budget.v1.budget_requests_pb2 import GetCapabilitiesResponse as GetCapabilitiesResponse
 from ration.budget.v1.budget_requests_pb2 import ReportSpendRequest as ReportSpendRequest
 from ration.budget.v1.budget_requests_pb2 import ReportSpendResponse as ReportSpendResponse
+from ration.budget.v1.budget_requests_pb2 import ListScopeBudgetsRequest as ListScopeBudgetsRequest
+from ration.budget.v1.budget_requests_pb2 import ListScopeBudgetsResponse as ListScopeBudgetsResponse
 
 DESCRIPTOR: _descriptor.FileDescriptor
 DIMENSION_UNSPECIFIED: _budget_messages_pb2.Dimension

@@ -347,3 +347,25 @@ class ReportSpendResponse(_message.Message):
     rows: _containers.RepeatedCompositeFieldContainer[_budget_messages_pb2.SpendRow]
     next_page_token: str
     def __init__(self, rows: _Optional[_Iterable[_Union[_budget_messages_pb2.SpendRow, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListScopeBudgetsRequest(_message.Message):
+    __slots__ = ("scope", "kind", "window", "page_size", "page_token")
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    scope: _budget_messages_pb2.Scope
+    kind: _budget_messages_pb2.ScopeBudgetKind
+    window: _budget_messages_pb2.Window
+    page_size: int
+    page_token: str
+    def __init__(self, scope: _Optional[_Union[_budget_messages_pb2.Scope, str]] = ..., kind: _Optional[_Union[_budget_messages_pb2.ScopeBudgetKind, str]] = ..., window: _Optional[_Union[_budget_messages_pb2.Window, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListScopeBudgetsResponse(_message.Message):
+    __slots__ = ("budgets", "next_page_token")
+    BUDGETS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    budgets: _containers.RepeatedCompositeFieldContainer[_budget_messages_pb2.ScopeBudget]
+    next_page_token: str
+    def __init__(self, budgets: _Optional[_Iterable[_Union[_budget_messages_pb2.ScopeBudget, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

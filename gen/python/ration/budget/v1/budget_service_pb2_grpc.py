@@ -116,6 +116,11 @@ class BudgetServiceStub:
                 request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendRequest.SerializeToString,
                 response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendResponse.FromString,
                 _registered_method=True)
+        self.ListScopeBudgets = channel.unary_unary(
+                '/ration.budget.v1.BudgetService/ListScopeBudgets',
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsResponse.FromString,
+                _registered_method=True)
 
 
 class BudgetServiceServicer:
@@ -334,6 +339,19 @@ class BudgetServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListScopeBudgets(self, request, context):
+        """Lists the caller's tenant's scope budgets (per-run caps and pools), optionally only those of
+        one scope, kind or window, ordered by (scope, scope_id, kind) and paged by keyset: a
+        page_token resumes after the last budget of the previous page, so a budget is never listed
+        twice and one put meanwhile appears when it sorts after that point. Budgets only, without
+        balances (GetScopeBudget reads a pool's current window). No side effects; safe to retry.
+        Errors: VALIDATION_FAILED (fields scope (RUN has no scope budgets), kind, window, page_size,
+        page_token). Role: admin (PERMISSION_DENIED ROLE_REQUIRED otherwise).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BudgetServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -416,6 +434,11 @@ def add_BudgetServiceServicer_to_server(servicer, server):
                     servicer.ReportSpend,
                     request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendRequest.FromString,
                     response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendResponse.SerializeToString,
+            ),
+            'ListScopeBudgets': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListScopeBudgets,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -852,6 +875,33 @@ class BudgetService:
             '/ration.budget.v1.BudgetService/ReportSpend',
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendRequest.SerializeToString,
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.ReportSpendResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListScopeBudgets(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ration.budget.v1.BudgetService/ListScopeBudgets',
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsResponse.FromString,
             options,
             channel_credentials,
             insecure,
