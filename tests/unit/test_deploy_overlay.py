@@ -39,6 +39,7 @@ def test_the_readme_overlay_builds_with_kubectl_kustomize(tmp_path: Path) -> Non
     overlay.mkdir(parents=True)
     (overlay / "kustomization.yaml").write_text(overlay_block())
     (overlay / "tokens.json").write_text('{"tokens": []}')
+    (overlay / "webhooks.json").write_text('{"webhooks": []}')
     argv = (
         [kubectl, "kustomize", str(overlay)]
         if kubectl.endswith("kubectl")
@@ -55,5 +56,14 @@ def test_the_readme_overlay_builds_with_kubectl_kustomize(tmp_path: Path) -> Non
     assert ("Secret", "ration-secrets") in by_name
     budget = by_name[("Deployment", "ration-budget")]
     image = budget["spec"]["template"]["spec"]["containers"][0]["image"]
-    assert image == "registry.example.com/ration:0.1.0"
+    assert image == "registry.example.com/ration:0.2.0"
     assert all(doc["metadata"].get("namespace") == "ration" for doc in documents)
+
+
+def test_the_base_and_the_readme_overlay_pull_the_current_release() -> None:
+    from ration_server import __version__
+
+    base = yaml.safe_load((ROOT / "deploy" / "k8s" / "kustomization.yaml").read_text())
+    assert {image["newTag"] for image in base["images"]} == {__version__}
+    overlay = yaml.safe_load(overlay_block())
+    assert {image["newTag"] for image in overlay["images"]} == {__version__}
