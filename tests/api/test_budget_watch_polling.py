@@ -37,7 +37,9 @@ async def test_a_polling_server_streams_events_another_server_writes(
         assert [e.seq for e in later] == [2, 3, 4]
         assert {e.type for e in later} == {"budget.consumed"}
         listening = await db.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", LISTENER_NAME
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE application_name = $1 AND datname = current_database()",
+            LISTENER_NAME,
         )
         assert listening == 0
         assert await db.fetchval("SELECT count(*) FROM budget.watchers") == 0
