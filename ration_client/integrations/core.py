@@ -13,9 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import grpc
 
@@ -39,6 +39,7 @@ __all__ = [
     "BudgetGuard",
     "BudgetRefusal",
     "GuardedCall",
+    "GuardedStream",
     "ModelUsage",
     "Refusal",
     "refusal_body",
@@ -46,6 +47,7 @@ __all__ = [
 ]
 
 DEFAULT_MAX_TOKENS = 4096
+T = TypeVar("T")
 
 
 class Refusal(enum.StrEnum):
@@ -216,3 +218,65 @@ class GuardedCall:
         traceback: TracebackType | None,
     ) -> None:
         await self.end(exc)
+
+
+class GuardedStream(Generic[T]):
+    """A provider stream whose hold is consumed when the final usage arrives, released if the
+    stream ends, fails or is cancelled before; iterate it like the SDK's stream."""
+
+    def __init__(
+        self, stream: Any, call: GuardedCall, usage_of: Callable[[T], ModelUsage | None]
+    ) -> None:
+        self._stream = stream
+        self._iterator = stream.__aiter__()
+        self.call = call
+        self._usage_of = usage_of
+        self._done = False
+
+    @property
+    def response(self) -> Any:
+        return self._stream.response
+
+    def __aiter__(self) -> GuardedStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            item: T = await self._iterator.__anext__()
+        except StopAsyncIteration:
+            await self._finish(None, None)
+            raise
+        except BaseException as error:
+            await self._finish(None, error)
+            raise
+        usage = self._usage_of(item)
+        if usage is not None:
+            await self._finish(usage, None)
+        return item
+
+    async def _finish(self, usage: ModelUsage | None, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        if usage is not None:
+            await self.call.consume(usage)
+        elif error is None and not self.call.settled:
+            # The stream ended without reporting usage: bill everything that was allowed.
+            await self.call.consume(self.call.worst_case)
+        else:
+            await self.call.end(error)
+
+    async def close(self) -> None:
+        """Closes the provider stream; the hold is released unless its usage was read."""
+        try:
+            await self._stream.close()
+        finally:
+            if not self._done:
+                self._done = True
+                await self.call.end(GeneratorExit())
+
+    async def __aenter__(self) -> GuardedStream[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -15,8 +15,7 @@ attribute of the client is passed through unguarded."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import httpx2
 import openai
@@ -27,6 +26,7 @@ from ration_client.integrations.core import (
     BudgetGuard,
     BudgetRefusal,
     GuardedCall,
+    GuardedStream,
     ModelUsage,
     Refusal,
     refusal_body,
@@ -38,12 +38,9 @@ __all__ = [
     "BudgetExhaustedError",
     "BudgetHeldError",
     "BudgetedOpenAI",
-    "GuardedStream",
     "ModelDeniedError",
     "budgeted",
 ]
-
-T = TypeVar("T")
 
 
 class ModelDeniedError(BudgetRefusal, openai.PermissionDeniedError):
@@ -93,68 +90,6 @@ def _single_choice(kwargs: dict[str, Any]) -> None:
     n = _int_or_none(kwargs.get("n"))
     if n is not None and n > 1:
         raise ValueError("budgeted calls take n=1 (each choice would need its own max_tokens)")
-
-
-class GuardedStream(Generic[T]):
-    """A provider stream whose hold is consumed when the final usage arrives, released if the
-    stream ends, fails or is cancelled before; iterate it like the SDK's stream."""
-
-    def __init__(
-        self, stream: Any, call: GuardedCall, usage_of: Callable[[T], ModelUsage | None]
-    ) -> None:
-        self._stream = stream
-        self._iterator = stream.__aiter__()
-        self.call = call
-        self._usage_of = usage_of
-        self._done = False
-
-    @property
-    def response(self) -> Any:
-        return self._stream.response
-
-    def __aiter__(self) -> GuardedStream[T]:
-        return self
-
-    async def __anext__(self) -> T:
-        try:
-            item: T = await self._iterator.__anext__()
-        except StopAsyncIteration:
-            await self._finish(None, None)
-            raise
-        except BaseException as error:
-            await self._finish(None, error)
-            raise
-        usage = self._usage_of(item)
-        if usage is not None:
-            await self._finish(usage, None)
-        return item
-
-    async def _finish(self, usage: ModelUsage | None, error: BaseException | None) -> None:
-        if self._done:
-            return
-        self._done = True
-        if usage is not None:
-            await self.call.consume(usage)
-        elif error is None and not self.call.settled:
-            # The stream ended without reporting usage: bill everything that was allowed.
-            await self.call.consume(self.call.worst_case)
-        else:
-            await self.call.end(error)
-
-    async def close(self) -> None:
-        """Closes the provider stream; the hold is released unless its usage was read."""
-        try:
-            await self._stream.close()
-        finally:
-            if not self._done:
-                self._done = True
-                await self.call.end(GeneratorExit())
-
-    async def __aenter__(self) -> GuardedStream[T]:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
 
 
 def _chat_usage(item: Any) -> ModelUsage | None:
