@@ -131,8 +131,11 @@ class FailOpen:
     def _append(self, record: dict[str, object]) -> None:
         line = json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n"
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = "\n" + line  # a crash cut the last line short: start a new one
                 os.write(fd, line.encode())
                 os.fsync(fd)
             finally:
