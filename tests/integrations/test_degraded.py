@@ -148,6 +148,8 @@ def test_fail_open_needs_its_allowance_and_journal(tmp_path: Path) -> None:
     policy = FailOpen(tmp_path / "j", per_run=allowance, per_process=allowance)
     with pytest.raises(ValueError, match="fail_open"):
         BudgetClient("127.0.0.1:1", fail_open=policy)
+    with pytest.raises(ValueError, match="per_process must bound"):
+        FailOpen(tmp_path / "j", per_run=allowance, per_process=Amounts())
 
 
 def test_a_journal_line_cut_short_by_a_crash_is_not_replayed(tmp_path: Path) -> None:
