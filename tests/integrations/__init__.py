@@ -1,0 +1,1 @@
+"""Integrations: the real SDKs against the fake provider and real ration servers."""
