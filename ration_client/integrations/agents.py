@@ -1,0 +1,165 @@
+"""OpenAI Agents SDK: a budgeted `Model` wrapper, tool-call hooks and a memory `Session`.
+
+    budget = RunBudget(BudgetClient(), "run-1", prices=Prices(...))
+    model = BudgetedModel(OpenAIChatCompletionsModel("gpt-4o", client), budget)
+    session = RationSession("chat-1", MemoryClient())
+    await Runner.run(Agent(name="a", model=model), "hi", hooks=BudgetHooks(budget), session=session)
+
+Each model call (plain or streamed) holds its worst case before any request is sent, is given
+the `max_tokens` that fits, and consumes the provider's reported usage; errors and cancellation
+release the hold. Each tool call is counted before the tool runs. Refusals are raised as
+`BudgetRefused`, an `AgentsException` carrying the service's refusal as `.refusal`."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agents import AgentsException, Model, ModelProvider, ModelSettings, RunHooks
+from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
+
+from ration_client.errors import RationError
+from ration_client.integrations.agents_session import RationSession
+from ration_client.integrations.guard import ModelCall, RunBudget, Usage
+
+__all__ = [
+    "BudgetHooks",
+    "BudgetRefused",
+    "BudgetedModel",
+    "BudgetedModelProvider",
+    "RationSession",
+]
+
+
+class BudgetRefused(AgentsException):
+    """The ration budget refused a model or tool call; `.refusal` is the service's error
+    (`BudgetExhausted`, `ModelDenied`, `RunFailed`, …) with its details."""
+
+    def __init__(self, refusal: RationError) -> None:
+        super().__init__(str(refusal))
+        self.refusal = refusal
+
+
+@contextlib.asynccontextmanager
+async def _refusals_as_agents_errors() -> AsyncIterator[None]:
+    try:
+        yield
+    except RationError as refusal:
+        raise BudgetRefused(refusal) from refusal
+
+
+def _tool_schemas(tools: list[Any], handoffs: list[Any], output_schema: Any) -> list[Any]:
+    """What the tools, handoffs and output schema put into the prompt, as JSON-able values."""
+    described: list[Any] = []
+    for tool in tools:
+        schema = getattr(tool, "params_json_schema", None)
+        described.append([getattr(tool, "name", ""), getattr(tool, "description", ""), schema])
+    for handoff in handoffs:
+        described.append([handoff.tool_name, handoff.tool_description, handoff.input_json_schema])
+    if output_schema is not None and not output_schema.is_plain_text():
+        described.append(output_schema.json_schema())
+    return described
+
+
+class BudgetedModel(Model):
+    """Wraps any Agents SDK `Model`: every call inside one ration hold of its worst case."""
+
+    def __init__(self, inner: Model, budget: RunBudget, *, model_name: str | None = None) -> None:
+        self.inner = inner
+        self.budget = budget
+        self.model_name = model_name or str(getattr(inner, "model", ""))
+        if not self.model_name:
+            raise ValueError("pass model_name=: the wrapped model does not say its name")
+
+    @contextlib.asynccontextmanager
+    async def _held(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        extras: list[Any],
+    ) -> AsyncIterator[tuple[ModelCall, ModelSettings]]:
+        messages = 1 + (len(input) if isinstance(input, list) else 1)
+        prompt = self.budget.prompt_tokens(system_instructions, input, extras, messages=messages)
+        async with (
+            _refusals_as_agents_errors(),
+            self.budget.model_call(self.model_name, prompt, model_settings.max_tokens) as call,
+        ):
+            yield call, dataclasses.replace(model_settings, max_tokens=call.max_tokens)
+
+    async def get_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Any],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: Any,
+        **kwargs: Any,
+    ) -> ModelResponse:
+        extras = _tool_schemas(tools, handoffs, output_schema)
+        async with self._held(system_instructions, input, model_settings, extras) as (call, ms):
+            response = await self.inner.get_response(
+                system_instructions, input, ms, tools, output_schema, handoffs, tracing, **kwargs
+            )
+            usage = response.usage
+            await call.settle(Usage(usage.input_tokens, usage.output_tokens))
+            return response
+
+    async def stream_response(
+        self,
+        system_instructions: str | None,
+        input: str | list[TResponseInputItem],
+        model_settings: ModelSettings,
+        tools: list[Any],
+        output_schema: Any,
+        handoffs: list[Any],
+        tracing: Any,
+        **kwargs: Any,
+    ) -> AsyncIterator[TResponseStreamEvent]:
+        """Streams the wrapped model's events; usage is read from `response.completed` (the
+        request asks for it). A stream that ends without usage consumes the whole grant."""
+        extras = _tool_schemas(tools, handoffs, output_schema)
+        settings = dataclasses.replace(model_settings, include_usage=True)
+        async with self._held(system_instructions, input, settings, extras) as (call, ms):
+            reported: Usage | None = None
+            stream = self.inner.stream_response(
+                system_instructions, input, ms, tools, output_schema, handoffs, tracing, **kwargs
+            )
+            async for event in stream:
+                if event.type == "response.completed" and event.response.usage is not None:
+                    u = event.response.usage
+                    reported = Usage(u.input_tokens, u.output_tokens)
+                yield event
+            await call.settle(reported or call.worst_case)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class BudgetedModelProvider(ModelProvider):
+    """Wraps a `ModelProvider` (e.g. in `RunConfig(model_provider=...)`): every model it
+    returns is a `BudgetedModel` of one run's budget."""
+
+    def __init__(self, inner: ModelProvider, budget: RunBudget) -> None:
+        self.inner = inner
+        self.budget = budget
+
+    def get_model(self, model_name: str | None) -> Model:
+        model = self.inner.get_model(model_name)
+        return BudgetedModel(model, self.budget, model_name=model_name or None)
+
+
+class BudgetHooks(RunHooks[Any]):
+    """Run hooks counting each local tool call (one `toolCalls` unit) before the tool runs;
+    a run with none left is stopped by `BudgetRefused`."""
+
+    def __init__(self, budget: RunBudget) -> None:
+        self.budget = budget
+
+    async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
+        async with _refusals_as_agents_errors():
+            await self.budget.tool_call()

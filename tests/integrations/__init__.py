@@ -1,0 +1,1 @@
+"""Framework integrations driven with the real libraries against fake providers and real servers."""
