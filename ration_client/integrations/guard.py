@@ -76,6 +76,10 @@ class ModelCall:
         """The most the call can bill: its prompt bound and every output token it may have."""
         return Usage(self.prompt_tokens, self.max_tokens)
 
+    async def release(self) -> None:
+        """Gives the hold back (nothing was billed); a no-op once settled."""
+        await self.hold.release()
+
     async def settle(self, usage: Usage) -> ConsumeResult:
         """Consumes what the provider billed: its tokens and, with prices, their cost."""
         cost = 0 if self.prices is None else self.prices.cost_nanos(*_split(usage))
@@ -128,25 +132,46 @@ class RunBudget:
     def prompt_tokens(self, *parts: Any, messages: int = 1) -> int:
         return self.count_tokens(prompt_text(*parts)) + MESSAGE_OVERHEAD_TOKENS * messages
 
-    @contextlib.asynccontextmanager
-    async def model_call(
-        self, model: str, prompt_tokens: int, max_tokens: int | None
-    ) -> AsyncIterator[ModelCall]:
-        """Holds the call's worst case; yields it with the `max_tokens` that fits. Raises the
-        service's refusal (`BudgetExhausted`, `ModelDenied`, …) before anything is sent."""
+    async def start_model_call(
+        self,
+        model: str,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        *,
+        mode: ReserveMode | None = None,
+    ) -> ModelCall:
+        """Holds the call's worst case and returns it with the `max_tokens` that fits; the
+        caller must `settle` or `release` it. Raises the service's refusal (`BudgetExhausted`,
+        `ModelDenied`, …) before anything is sent. `mode` overrides the budget's (a caller
+        that cannot cap the request's max_tokens passes ALL_OR_NOTHING)."""
         prices = self.prices_of(model)
-        async with self.budget.call(
+        hold = self.budget.call(
             self.run_id,
             model=model,
             prompt_tokens=prompt_tokens,
             max_output_tokens=self.default_max_tokens if max_tokens is None else max_tokens,
             prices=prices,
             ttl_seconds=self.ttl_seconds,
-            mode=self.mode,
-        ) as hold:
-            if not hold.max_tokens:
-                raise _no_room(hold, prompt_tokens)
-            yield ModelCall(hold, prices, prompt_tokens)
+            mode=mode or self.mode,
+        )
+        await hold.__aenter__()
+        if not hold.max_tokens:
+            await hold.release()
+            raise _no_room(hold, prompt_tokens)
+        return ModelCall(hold, prices, prompt_tokens)
+
+    @contextlib.asynccontextmanager
+    async def model_call(
+        self, model: str, prompt_tokens: int, max_tokens: int | None
+    ) -> AsyncIterator[ModelCall]:
+        """`start_model_call` as a block: leaving it without settling releases the hold, also
+        on errors and cancellation."""
+        call = await self.start_model_call(model, prompt_tokens, max_tokens)
+        try:
+            yield call
+        finally:
+            # Releases what was not consumed, shielded from a cancellation of this task.
+            await call.hold.__aexit__(None, None, None)
 
     async def tool_call(self) -> ConsumeResult:
         """Counts one tool call, refused (`BudgetExhausted`) before the tool runs when the run
