@@ -1,1 +1,1 @@
-"""Framework integrations driven with the real libraries against fake providers and real servers."""
+"""Integrations: the real SDKs against the fake provider and real ration servers."""
