@@ -1,13 +1,14 @@
 """OpenAI Agents SDK: a budgeted `Model` wrapper, tool-call hooks and a memory `Session`.
 
-    budget = RunBudget(BudgetClient(), "run-1", prices=Prices(...))
-    model = BudgetedModel(OpenAIChatCompletionsModel("gpt-4o", client), budget)
+    guard = BudgetGuard(BudgetClient(), "run-1", mode=ReserveMode.UP_TO)
+    model = BudgetedModel(OpenAIChatCompletionsModel("gpt-4o", client), guard)
     session = RationSession("chat-1", MemoryClient())
-    await Runner.run(Agent(name="a", model=model), "hi", hooks=BudgetHooks(budget), session=session)
+    await Runner.run(Agent(name="a", model=model), "hi", hooks=BudgetHooks(guard), session=session)
 
 Each model call (plain or streamed) holds its worst case before any request is sent, is given
 the `max_tokens` that fits, and consumes the provider's reported usage; errors and cancellation
-release the hold. Each tool call is counted before the tool runs. Refusals are raised as
+release the hold. Prompt tokens are counted with tiktoken (`integrations.tokens`), cost from the
+guard's price catalog. Each tool call is counted before the tool runs. Refusals are raised as
 `BudgetRefused`, an `AgentsException` carrying the service's refusal as `.refusal`."""
 
 from __future__ import annotations
@@ -22,9 +23,13 @@ from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 
 from ration_client.errors import RationError
 from ration_client.integrations.agents_session import RationSession
-from ration_client.integrations.guard import ModelCall, RunBudget, Usage
+from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal, refusal_of
+from ration_client.integrations.tokens import count_openai_input
+from ration_client.integrations.tool_calls import count_tool_call
+from ration_client.prices import ModelUsage
 
 __all__ = [
+    "BudgetGuard",
     "BudgetHooks",
     "BudgetRefused",
     "BudgetedModel",
@@ -34,20 +39,24 @@ __all__ = [
 
 
 class BudgetRefused(AgentsException):
-    """The ration budget refused a model or tool call; `.refusal` is the service's error
-    (`BudgetExhausted`, `ModelDenied`, `RunFailed`, …) with its details."""
+    """The ration budget refused a model or tool call: `.kind` says how (model denied,
+    exhausted, retry later) and `.refusal` is the service's error with its details."""
 
-    def __init__(self, refusal: RationError) -> None:
+    def __init__(self, refusal: RationError, kind: Refusal) -> None:
         super().__init__(str(refusal))
         self.refusal = refusal
+        self.kind = kind
 
 
 @contextlib.asynccontextmanager
 async def _refusals_as_agents_errors() -> AsyncIterator[None]:
     try:
         yield
-    except RationError as refusal:
-        raise BudgetRefused(refusal) from refusal
+    except RationError as error:
+        kind = refusal_of(error)
+        if kind is None:
+            raise
+        raise BudgetRefused(error, kind) from error
 
 
 def _tool_schemas(tools: list[Any], handoffs: list[Any], output_schema: Any) -> list[Any]:
@@ -66,9 +75,9 @@ def _tool_schemas(tools: list[Any], handoffs: list[Any], output_schema: Any) -> 
 class BudgetedModel(Model):
     """Wraps any Agents SDK `Model`: every call inside one ration hold of its worst case."""
 
-    def __init__(self, inner: Model, budget: RunBudget, *, model_name: str | None = None) -> None:
+    def __init__(self, inner: Model, guard: BudgetGuard, *, model_name: str | None = None) -> None:
         self.inner = inner
-        self.budget = budget
+        self.guard = guard
         self.model_name = model_name or str(getattr(inner, "model", ""))
         if not self.model_name:
             raise ValueError("pass model_name=: the wrapped model does not say its name")
@@ -80,13 +89,14 @@ class BudgetedModel(Model):
         input: str | list[TResponseInputItem],
         model_settings: ModelSettings,
         extras: list[Any],
-    ) -> AsyncIterator[tuple[ModelCall, ModelSettings]]:
-        messages = 1 + (len(input) if isinstance(input, list) else 1)
-        prompt = self.budget.prompt_tokens(system_instructions, input, extras, messages=messages)
-        async with (
-            _refusals_as_agents_errors(),
-            self.budget.model_call(self.model_name, prompt, model_settings.max_tokens) as call,
-        ):
+    ) -> AsyncIterator[tuple[GuardedCall, ModelSettings]]:
+        prompt = count_openai_input(
+            input, self.model_name, instructions=system_instructions, tools=extras or None
+        )
+        call = self.guard.call(
+            self.model_name, prompt_tokens=prompt, max_tokens=model_settings.max_tokens
+        )
+        async with _refusals_as_agents_errors(), call:
             yield call, dataclasses.replace(model_settings, max_tokens=call.max_tokens)
 
     async def get_response(
@@ -106,7 +116,7 @@ class BudgetedModel(Model):
                 system_instructions, input, ms, tools, output_schema, handoffs, tracing, **kwargs
             )
             usage = response.usage
-            await call.settle(Usage(usage.input_tokens, usage.output_tokens))
+            await call.consume(ModelUsage(usage.input_tokens, usage.output_tokens))
             return response
 
     async def stream_response(
@@ -125,16 +135,17 @@ class BudgetedModel(Model):
         extras = _tool_schemas(tools, handoffs, output_schema)
         settings = dataclasses.replace(model_settings, include_usage=True)
         async with self._held(system_instructions, input, settings, extras) as (call, ms):
-            reported: Usage | None = None
+            reported: ModelUsage | None = None
             stream = self.inner.stream_response(
                 system_instructions, input, ms, tools, output_schema, handoffs, tracing, **kwargs
             )
             async for event in stream:
                 if event.type == "response.completed" and event.response.usage is not None:
                     u = event.response.usage
-                    reported = Usage(u.input_tokens, u.output_tokens)
+                    reported = ModelUsage(u.input_tokens, u.output_tokens)
                 yield event
-            await call.settle(reported or call.worst_case)
+            # No usage reported: the call may have used its whole worst case.
+            await call.consume(reported or ModelUsage(call.prompt_tokens, call.max_tokens))
 
     async def close(self) -> None:
         await self.inner.close()
@@ -144,22 +155,22 @@ class BudgetedModelProvider(ModelProvider):
     """Wraps a `ModelProvider` (e.g. in `RunConfig(model_provider=...)`): every model it
     returns is a `BudgetedModel` of one run's budget."""
 
-    def __init__(self, inner: ModelProvider, budget: RunBudget) -> None:
+    def __init__(self, inner: ModelProvider, guard: BudgetGuard) -> None:
         self.inner = inner
-        self.budget = budget
+        self.guard = guard
 
     def get_model(self, model_name: str | None) -> Model:
         model = self.inner.get_model(model_name)
-        return BudgetedModel(model, self.budget, model_name=model_name or None)
+        return BudgetedModel(model, self.guard, model_name=model_name or None)
 
 
 class BudgetHooks(RunHooks[Any]):
     """Run hooks counting each local tool call (one `toolCalls` unit) before the tool runs;
     a run with none left is stopped by `BudgetRefused`."""
 
-    def __init__(self, budget: RunBudget) -> None:
-        self.budget = budget
+    def __init__(self, guard: BudgetGuard) -> None:
+        self.guard = guard
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
         async with _refusals_as_agents_errors():
-            await self.budget.tool_call()
+            await count_tool_call(self.guard)

@@ -1,13 +1,13 @@
 """A LangChain callback handler holding a ration budget around each chat-model and tool call.
 
-    budget = RunBudget(BudgetClient(), "run-1", prices=Prices(...))
-    handler = BudgetCallbackHandler(budget)
+    handler = BudgetCallbackHandler(BudgetGuard(BudgetClient(), "run-1"))
     model = ChatOpenAI(model="gpt-4o-mini", max_tokens=500, callbacks=[handler])
 
 Works for any chat model and for LangGraph graphs (`config={"callbacks": [handler]}`). On chat
-model start the call's worst case (its prompt's bound plus the model's `max_tokens`) is held,
-ALL_OR_NOTHING because a callback cannot lower the request's max_tokens, so give the model a
-`max_tokens` (without one, `default_max_tokens` is held and a longer answer overruns). The end
+model start the call's worst case (its prompt counted with tiktoken plus the model's
+`max_tokens`, and their catalog cost) is held, ALL_OR_NOTHING because a callback cannot lower
+the request's max_tokens, so give the model a `max_tokens` (without one, the guard's
+`default_max_tokens` is held and a longer answer is recorded as an overrun). The end
 consumes the usage the model reported (`usage_metadata`; for OpenAI streams `stream_usage=True`);
 an error or a cancellation (LangChain reports both) releases the hold. A tool start counts one
 tool call. Refusals raise `BudgetRefused` (a `LangChainException`) before the request is sent."""
@@ -26,7 +26,10 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
 from ration_client.errors import RationError
-from ration_client.integrations.guard import ModelCall, RunBudget, Usage
+from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal, refusal_of
+from ration_client.integrations.tokens import count_openai_messages
+from ration_client.integrations.tool_calls import count_tool_call
+from ration_client.prices import ModelUsage
 from ration_client.views import ReserveMode
 
 __all__ = ["BudgetCallbackHandler", "BudgetRefused"]
@@ -35,11 +38,26 @@ T = TypeVar("T")
 
 
 class BudgetRefused(LangChainException):
-    """The ration budget refused a model or tool call; `.refusal` is the service's error."""
+    """The ration budget refused a model or tool call: `.kind` says how, `.refusal` is the
+    service's error with its details."""
 
-    def __init__(self, refusal: RationError) -> None:
+    def __init__(self, refusal: RationError, kind: Refusal) -> None:
         super().__init__(str(refusal))
         self.refusal = refusal
+        self.kind = kind
+
+
+def _refused(error: RationError) -> BudgetRefused | None:
+    kind = refusal_of(error)
+    return None if kind is None else BudgetRefused(error, kind)
+
+
+def _as_dict(message: BaseMessage) -> dict[str, Any]:
+    """What the provider receives of a message, for counting its tokens."""
+    fields: dict[str, Any] = {"role": message.type, "content": message.content}
+    if getattr(message, "tool_calls", None):
+        fields["tool_calls"] = message.tool_calls  # type: ignore[attr-defined]
+    return fields
 
 
 def _model_name(params: dict[str, Any], metadata: dict[str, Any] | None) -> str:
@@ -50,16 +68,16 @@ def _model_name(params: dict[str, Any], metadata: dict[str, Any] | None) -> str:
     raise ValueError("the chat model does not say its model name (invocation params)")
 
 
-def _usage(response: LLMResult) -> Usage | None:
+def _usage(response: LLMResult) -> ModelUsage | None:
     for generations in response.generations:
         for generation in generations:
             message = getattr(generation, "message", None)
             usage = getattr(message, "usage_metadata", None)
             if usage:
-                return Usage(usage["input_tokens"], usage["output_tokens"])
+                return ModelUsage(usage["input_tokens"], usage["output_tokens"])
     reported = (response.llm_output or {}).get("token_usage") or {}
     if reported:
-        return Usage(reported["prompt_tokens"], reported["completion_tokens"])
+        return ModelUsage(reported["prompt_tokens"], reported["completion_tokens"])
     return None
 
 
@@ -68,9 +86,11 @@ class BudgetCallbackHandler(AsyncCallbackHandler):
 
     raise_error = True  # a refusal must stop the call, not be logged
 
-    def __init__(self, budget: RunBudget) -> None:
-        self.budget = budget
-        self._open: dict[UUID, ModelCall] = {}
+    def __init__(self, guard: BudgetGuard) -> None:
+        if guard.mode is not ReserveMode.ALL_OR_NOTHING:
+            raise ValueError("a callback cannot lower max_tokens: use an ALL_OR_NOTHING guard")
+        self.guard = guard
+        self._open: dict[UUID, GuardedCall] = {}
         self._home: asyncio.AbstractEventLoop | None = None
         with contextlib.suppress(RuntimeError):  # made outside a loop: the first model call's
             self._home = asyncio.get_running_loop()
@@ -97,28 +117,28 @@ class BudgetCallbackHandler(AsyncCallbackHandler):
         params = kwargs.get("invocation_params") or {}
         model = _model_name(params, metadata)
         max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
-        batch = [m for prompt in messages for m in prompt]
-        texts = [m.content for m in batch] + [getattr(m, "tool_calls", None) for m in batch]
-        prompt = self.budget.prompt_tokens(*texts, params.get("tools"), messages=len(batch))
+        batch = [_as_dict(m) for prompt in messages for m in prompt]
+        prompt = count_openai_messages(batch, model, tools=params.get("tools"))
+        call = self.guard.call(model, prompt_tokens=prompt, max_tokens=max_tokens)
         try:
-            call = await self._at_home(
-                self.budget.start_model_call(
-                    model, prompt, max_tokens, mode=ReserveMode.ALL_OR_NOTHING
-                )
-            )
-        except RationError as refusal:
-            raise BudgetRefused(refusal) from refusal
+            await self._at_home(call.start())
+        except RationError as error:
+            refused = _refused(error)
+            if refused is None:
+                raise
+            raise refused from error
         self._open[run_id] = call
 
     async def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         call = self._open.pop(run_id, None)
         if call is not None:
-            await self._at_home(call.settle(_usage(response) or call.worst_case))
+            worst = ModelUsage(call.prompt_tokens, call.max_tokens)  # nothing was reported
+            await self._at_home(call.consume(_usage(response) or worst))
 
     async def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         call = self._open.pop(run_id, None)
         if call is not None:
-            await self._at_home(call.release())
+            await self._at_home(call.end(error))
 
     def on_tool_start(  # type: ignore[override]
         self, serialized: dict[str, Any], input_str: str, *, run_id: UUID, **kwargs: Any
@@ -137,6 +157,9 @@ class BudgetCallbackHandler(AsyncCallbackHandler):
         if running is home:  # waiting here would block the loop the call needs
             raise RuntimeError("BudgetCallbackHandler.on_tool_start cannot run inline")
         try:
-            asyncio.run_coroutine_threadsafe(self.budget.tool_call(), home).result()
-        except RationError as refusal:
-            raise BudgetRefused(refusal) from refusal
+            asyncio.run_coroutine_threadsafe(count_tool_call(self.guard), home).result()
+        except RationError as error:
+            refused = _refused(error)
+            if refused is None:
+                raise
+            raise refused from error

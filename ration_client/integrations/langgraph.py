@@ -4,8 +4,8 @@
 (`config={"callbacks": [handler]}`); `RationStore` is a `BaseStore` on ration memory
 (`graph.compile(store=RationStore(...))`)."""
 
-from ration_client.integrations.guard import RunBudget
+from ration_client.integrations.core import BudgetGuard
 from ration_client.integrations.langchain_callback import BudgetCallbackHandler, BudgetRefused
 from ration_client.integrations.langgraph_store import RationStore
 
-__all__ = ["BudgetCallbackHandler", "BudgetRefused", "RationStore", "RunBudget"]
+__all__ = ["BudgetCallbackHandler", "BudgetGuard", "BudgetRefused", "RationStore"]

@@ -6,27 +6,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool
 from agents.models.interface import ModelTracing
 from openai import AsyncOpenAI
 
-from ration_client import BudgetClient, BudgetExhausted, Dimension, ModelDenied, Policy
-from ration_client.integrations.agents import BudgetedModel, BudgetHooks, BudgetRefused
-from ration_client.integrations.guard import RunBudget
+from ration_client import (
+    BudgetClient,
+    BudgetExhausted,
+    Dimension,
+    ModelDenied,
+    Policy,
+    ReserveMode,
+)
+from ration_client.integrations import Refusal
+from ration_client.integrations.agents import BudgetedModel, BudgetGuard, BudgetHooks, BudgetRefused
 from tests.support.fake_openai import FakeOpenAI, FakeOpenAIServer
-from tests.support.servers import StartServer
 
 MODEL = "gpt-4o-mini"
-
-
-@pytest.fixture
-async def budget(start_server: StartServer) -> AsyncIterator[BudgetClient]:
-    runner = await start_server("budget")
-    async with BudgetClient(f"127.0.0.1:{runner.port}") as client:
-        yield client
 
 
 LOOKED_UP: list[int] = []
@@ -39,7 +37,7 @@ def lookup(step: int) -> str:
     return f"step {step} looked up"
 
 
-def agent_of(fake: FakeOpenAI, run_budget: RunBudget, **settings: int) -> Agent[None]:
+def agent_of(fake: FakeOpenAI, run_budget: BudgetGuard, **settings: int) -> Agent[None]:
     client = AsyncOpenAI(base_url=fake.url, api_key="test-key", max_retries=0)
     model = BudgetedModel(OpenAIChatCompletionsModel(MODEL, client), run_budget)
     return Agent(
@@ -56,13 +54,14 @@ async def test_an_agent_loop_is_stopped_by_the_budget_with_the_ledger_equal_to_u
 ) -> None:
     run_id = f"agents-{uuid.uuid4().hex[:8]}"
     await budget.open_run(run_id, project_id="p", policy=Policy(max_tokens=4_000))
-    run_budget = RunBudget(budget, run_id, default_max_tokens=100)
+    run_budget = BudgetGuard(budget, run_id, mode=ReserveMode.UP_TO, default_max_tokens=100)
     with FakeOpenAIServer(FakeOpenAI(tool_call="lookup")) as fake:
         agent = agent_of(fake, run_budget)
         with pytest.raises(BudgetRefused) as refused:
             await Runner.run(agent, "start", hooks=BudgetHooks(run_budget), max_turns=1_000)
+    # Refused by the service, or (UP_TO) by the guard when the grant left no room for output.
     assert isinstance(refused.value.refusal, BudgetExhausted)
-    assert refused.value.refusal.dimension is Dimension.TOKENS
+    assert refused.value.kind is Refusal.EXHAUSTED
     run = await budget.get_run(run_id)
     tokens, tools = run.status(Dimension.TOKENS), run.status(Dimension.TOOL_CALLS)
     assert len(fake.requests) >= 2  # a loop: model, tool, model, ...
@@ -78,7 +77,7 @@ async def test_an_agent_loop_stops_at_exactly_its_tool_call_limit(budget: Budget
     run_id = f"agents-{uuid.uuid4().hex[:8]}"
     policy = Policy(max_tokens=100_000, max_tool_calls=5)
     await budget.open_run(run_id, project_id="p", policy=policy)
-    run_budget = RunBudget(budget, run_id, default_max_tokens=100)
+    run_budget = BudgetGuard(budget, run_id, mode=ReserveMode.UP_TO, default_max_tokens=100)
     LOOKED_UP.clear()
     hooks = BudgetHooks(run_budget)
     with (
@@ -101,7 +100,7 @@ async def test_a_denied_model_is_refused_before_any_request_reaches_the_provider
 ) -> None:
     run_id = f"agents-{uuid.uuid4().hex[:8]}"
     await budget.open_run(run_id, project_id="p", policy=Policy(model_allow=("claude-*",)))
-    run_budget = RunBudget(budget, run_id)
+    run_budget = BudgetGuard(budget, run_id, mode=ReserveMode.UP_TO)
     with FakeOpenAIServer(FakeOpenAI()) as fake, pytest.raises(BudgetRefused) as refused:
         await Runner.run(agent_of(fake, run_budget), "hello")
     assert isinstance(refused.value.refusal, ModelDenied)
@@ -114,7 +113,7 @@ async def test_cancelling_a_streamed_call_mid_stream_releases_its_hold(
 ) -> None:
     run_id = f"agents-{uuid.uuid4().hex[:8]}"
     await budget.open_run(run_id, project_id="p", policy=Policy(max_tokens=10_000))
-    run_budget = RunBudget(budget, run_id)
+    run_budget = BudgetGuard(budget, run_id, mode=ReserveMode.UP_TO)
     with FakeOpenAIServer(FakeOpenAI(output_tokens=50, hold_stream=True)) as fake:
         model = agent_of(fake, run_budget, max_tokens=500).model
         assert isinstance(model, BudgetedModel)

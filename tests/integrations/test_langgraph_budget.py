@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,20 +15,18 @@ from langchain_openai import ChatOpenAI
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 
-from ration_client import BudgetClient, BudgetExhausted, Dimension, ModelDenied, Policy
-from ration_client.integrations.langgraph import BudgetCallbackHandler, BudgetRefused, RunBudget
+from ration_client import (
+    BudgetClient,
+    BudgetExhausted,
+    Dimension,
+    ModelDenied,
+    Policy,
+)
+from ration_client.integrations.langgraph import BudgetCallbackHandler, BudgetGuard, BudgetRefused
 from tests.support.fake_openai import FakeOpenAI, FakeOpenAIServer
-from tests.support.servers import StartServer
 
 MODEL = "gpt-4o-mini"
 LOOKED_UP: list[int] = []
-
-
-@pytest.fixture
-async def budget(start_server: StartServer) -> AsyncIterator[BudgetClient]:
-    runner = await start_server("budget")
-    async with BudgetClient(f"127.0.0.1:{runner.port}") as client:
-        yield client
 
 
 @tool
@@ -71,7 +68,7 @@ async def test_a_graph_loop_stops_at_exactly_its_tool_call_limit(budget: BudgetC
     run_id = f"lg-{uuid.uuid4().hex[:8]}"
     policy = Policy(max_tokens=100_000, max_tool_calls=5)
     await budget.open_run(run_id, project_id="p", policy=policy)
-    handler = BudgetCallbackHandler(RunBudget(budget, run_id))
+    handler = BudgetCallbackHandler(BudgetGuard(budget, run_id))
     LOOKED_UP.clear()
     config: Any = {"callbacks": [handler], "recursion_limit": 100}
     with FakeOpenAIServer(FakeOpenAI(tool_call="lookup")) as fake:
@@ -93,7 +90,7 @@ async def test_a_token_budget_stops_the_loop_before_a_call_that_could_overrun_it
 ) -> None:
     run_id = f"lg-{uuid.uuid4().hex[:8]}"
     await budget.open_run(run_id, project_id="p", policy=Policy(max_tokens=3_000))
-    handler = BudgetCallbackHandler(RunBudget(budget, run_id))
+    handler = BudgetCallbackHandler(BudgetGuard(budget, run_id))
     config: Any = {"callbacks": [handler], "recursion_limit": 1_000}
     with FakeOpenAIServer(FakeOpenAI(tool_call="lookup")) as fake:
         graph = react_graph(chat(fake))
@@ -112,7 +109,7 @@ async def test_a_denied_model_is_refused_before_any_request_reaches_the_provider
 ) -> None:
     run_id = f"lg-{uuid.uuid4().hex[:8]}"
     await budget.open_run(run_id, project_id="p", policy=Policy(model_allow=("claude-*",)))
-    handler = BudgetCallbackHandler(RunBudget(budget, run_id))
+    handler = BudgetCallbackHandler(BudgetGuard(budget, run_id))
     with FakeOpenAIServer(FakeOpenAI()) as fake:
         model = chat(fake, callbacks=[handler])
         with pytest.raises(BudgetRefused) as refused:
@@ -125,7 +122,7 @@ async def test_a_denied_model_is_refused_before_any_request_reaches_the_provider
 async def test_cancelling_a_stream_mid_way_releases_its_hold(budget: BudgetClient) -> None:
     run_id = f"lg-{uuid.uuid4().hex[:8]}"
     await budget.open_run(run_id, project_id="p", policy=Policy(max_tokens=10_000))
-    handler = BudgetCallbackHandler(RunBudget(budget, run_id))
+    handler = BudgetCallbackHandler(BudgetGuard(budget, run_id))
     with FakeOpenAIServer(FakeOpenAI(output_tokens=50, hold_stream=True)) as fake:
         model = chat(fake, callbacks=[handler])
         chunks: list[Any] = []
