@@ -8,7 +8,14 @@ import contextlib
 import uuid
 
 import pytest
-from agents import Agent, ModelSettings, OpenAIChatCompletionsModel, Runner, function_tool
+from agents import (
+    Agent,
+    ModelSettings,
+    OpenAIChatCompletionsModel,
+    Runner,
+    function_tool,
+    set_tracing_disabled,
+)
 from agents.models.interface import ModelTracing
 from openai import AsyncOpenAI
 
@@ -25,6 +32,7 @@ from ration_client.integrations.agents import BudgetedModel, BudgetGuard, Budget
 from tests.support.fake_openai import FakeOpenAI, FakeOpenAIServer
 
 MODEL = "gpt-4o-mini"
+set_tracing_disabled(True)  # the SDK would export traces to OpenAI
 
 
 LOOKED_UP: list[int] = []
@@ -144,3 +152,18 @@ async def test_cancelling_a_streamed_call_mid_stream_releases_its_hold(
     assert fake.requests[0]["stream"] is True
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert (tokens.held, tokens.consumed) == (0, 0)
+
+
+async def test_a_streamed_run_consumes_the_reported_usage(budget: BudgetClient) -> None:
+    run_id = f"agents-{uuid.uuid4().hex[:8]}"
+    await budget.open_run(run_id, project_id="p", policy=Policy(max_tokens=10_000))
+    run_budget = BudgetGuard(budget, run_id, default_max_tokens=500)
+    with FakeOpenAIServer(FakeOpenAI(output_tokens=7)) as fake:
+        result = Runner.run_streamed(agent_of(fake, run_budget), "say something")
+        async for _ in result.stream_events():
+            pass
+    assert str(result.final_output).split() == ["word"] * 7
+    assert fake.requests[0]["stream_options"] == {"include_usage": True}
+    tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
+    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    assert fake.reported_tokens > 7

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from agents import Agent, OpenAIChatCompletionsModel, Runner
+from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
 from agents.memory import Session
 from openai import AsyncOpenAI
 
@@ -18,6 +18,7 @@ from tests.support.fake_openai import FakeOpenAI, FakeOpenAIServer
 from tests.support.servers import StartServer
 
 SECRET = "sk-live-session-0123456789"
+set_tracing_disabled(True)  # the SDK would export traces to OpenAI
 
 
 @pytest.fixture

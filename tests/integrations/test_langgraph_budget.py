@@ -141,3 +141,16 @@ async def test_cancelling_a_stream_mid_way_releases_its_hold(budget: BudgetClien
     assert fake.requests[0]["stream"] is True
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert (tokens.held, tokens.consumed) == (0, 0)
+
+
+async def test_a_stream_consumes_the_reported_usage(budget: BudgetClient) -> None:
+    run_id = f"lg-{uuid.uuid4().hex[:8]}"
+    await budget.open_run(run_id, project_id="p", policy=Policy(max_tokens=10_000))
+    handler = BudgetCallbackHandler(BudgetGuard(budget, run_id))
+    with FakeOpenAIServer(FakeOpenAI(output_tokens=7)) as fake:
+        model = chat(fake, callbacks=[handler])
+        text = "".join([str(chunk.content) async for chunk in model.astream("say something")])
+    assert text.split() == ["word"] * 7
+    tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
+    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    assert fake.reported_tokens > 7
