@@ -12,10 +12,7 @@ FRAMEWORKS = ("agents", "langgraph", "langchain_core", "pydantic_ai")
 
 
 def loaded_after(statement: str) -> list[str]:
-    code = (
-        f"import sys; {statement};"
-        f"print(' '.join(m for m in {FRAMEWORKS!r} if m in sys.modules))"
-    )
+    code = f"import sys; {statement};print(' '.join(m for m in {FRAMEWORKS!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return out.stdout.split()
 
