@@ -150,6 +150,9 @@ class BudgetedModel(Model):
     async def close(self) -> None:
         await self.inner.close()
 
+    def get_retry_advice(self, request: Any) -> Any:
+        return self.inner.get_retry_advice(request)
+
 
 class BudgetedModelProvider(ModelProvider):
     """Wraps a `ModelProvider` (e.g. in `RunConfig(model_provider=...)`): every model it

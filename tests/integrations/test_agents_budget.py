@@ -12,6 +12,7 @@ from agents import (
     Agent,
     ModelSettings,
     OpenAIChatCompletionsModel,
+    OpenAIResponsesModel,
     Runner,
     function_tool,
     set_tracing_disabled,
@@ -29,6 +30,7 @@ from ration_client import (
 )
 from ration_client.integrations import Refusal
 from ration_client.integrations.agents import BudgetedModel, BudgetGuard, BudgetHooks, BudgetRefused
+from tests.support.fake_llm import FakeLLM
 from tests.support.fake_openai import FakeOpenAI, FakeOpenAIServer
 
 MODEL = "gpt-4o-mini"
@@ -167,3 +169,18 @@ async def test_a_streamed_run_consumes_the_reported_usage(budget: BudgetClient) 
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
     assert fake.reported_tokens > 7
+
+
+async def test_the_responses_api_model_is_budgeted_too(
+    budget: BudgetClient, fake_llm: FakeLLM
+) -> None:
+    run_id = f"agents-{uuid.uuid4().hex[:8]}"
+    await budget.open_run(run_id, project_id="p", policy=Policy(max_tokens=10_000))
+    guard = BudgetGuard(budget, run_id, default_max_tokens=200)
+    client = AsyncOpenAI(base_url=fake_llm.openai_url, api_key="test-key", max_retries=0)
+    model = BudgetedModel(OpenAIResponsesModel(MODEL, client), guard)
+    result = await Runner.run(Agent(name="plain", model=model), "hello")
+    assert result.final_output
+    tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
+    assert (tokens.consumed, tokens.held) == (fake_llm.billed_tokens, 0)
+    assert fake_llm.requests == 1
