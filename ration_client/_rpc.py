@@ -98,5 +98,10 @@ class Client:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def wait_ready(self) -> None:
+        """Waits until the channel is connected (after an outage, before a replay); bound it
+        with `asyncio.timeout` as needed."""
+        await self._rpc.channel.channel_ready()
+
     async def close(self) -> None:
         await self._rpc.close()

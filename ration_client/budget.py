@@ -15,8 +15,9 @@ import grpc
 from ration.budget.v1 import budget_pb2, budget_service_pb2_grpc
 from ration_client import convert
 from ration_client._rpc import Client, new_request_id
-from ration_client.errors import decode
-from ration_client.holds import Prices, Reservation, WorstCase
+from ration_client.degraded import FailOpen, JournalEntry
+from ration_client.errors import RationError, Unavailable, decode
+from ration_client.holds import Prices, Reservation, WorstCase, journaled_result
 from ration_client.views import (
     NANOS_PER_USD,
     Amounts,
@@ -53,7 +54,12 @@ PolicyInput = Policy | budget_pb2.BudgetPolicy
 
 
 class BudgetClient(Client):
-    """Async client; address and token default to RATION_BUDGET_ADDRESS and RATION_TOKEN."""
+    """Async client; address and token default to RATION_BUDGET_ADDRESS and RATION_TOKEN.
+
+    `on_unavailable="fail_closed"` (default): holds fail when the service is unreachable.
+    `"fail_open"` with `fail_open=FailOpen(journal_path, per_run=…, per_process=…)`: they are
+    granted within that local allowance and their consumes journaled and replayed
+    (`ration_client.degraded`)."""
 
     ADDRESS_VARIABLE = "RATION_BUDGET_ADDRESS"
     DEFAULT_ADDRESS = "127.0.0.1:50051"
@@ -66,11 +72,19 @@ class BudgetClient(Client):
         timeout: float = 5.0,
         interceptors: list[Any] | None = None,
         attempts: int = 4,
+        on_unavailable: str = "fail_closed",
+        fail_open: FailOpen | None = None,
     ) -> None:
+        if on_unavailable not in ("fail_closed", "fail_open"):
+            raise ValueError("on_unavailable is 'fail_closed' or 'fail_open'")
+        if (on_unavailable == "fail_open") != (fail_open is not None):
+            raise ValueError("on_unavailable='fail_open' goes with fail_open=FailOpen(...)")
         super().__init__(
             address, token=token, timeout=timeout, interceptors=interceptors, attempts=attempts
         )
         self._stub = budget_service_pb2_grpc.BudgetServiceStub(self._rpc.channel)  # type: ignore[no-untyped-call]
+        self.degraded = fail_open
+        self._replaying = asyncio.Lock()
 
     # ---- runs ------------------------------------------------------------------------------
 
@@ -169,6 +183,44 @@ class BudgetClient(Client):
             usage=convert.amounts_message(usage),
         )
         return convert.consume_result(await self._rpc.unary(self._stub.Consume, request))
+
+    async def send_journaled(self, entry: JournalEntry) -> ConsumeResult:
+        """Sends one journaled consume with its own request id; journaled_result() when the
+        service is still unreachable (it stays in the journal)."""
+        assert self.degraded is not None
+        try:
+            result = await self.consume(
+                entry.run_id,
+                usage=entry.usage,
+                model=entry.model,
+                reservation_id=entry.reservation_id,
+                request_id=entry.request_id,
+            )
+        except Unavailable:
+            return journaled_result()
+        except RationError as error:
+            self.degraded.settled(entry, failed=error.reason or str(error))
+            raise
+        self.degraded.settled(entry)
+        return result
+
+    async def replay_journal(self) -> int:
+        """Replays the fail-open journal in order, each consume with its request id (the
+        service applies each once); stops at the first UNAVAILABLE. A consume the service
+        rejects is marked failed, counted and logged. Returns how many were recorded."""
+        if self.degraded is None:
+            return 0
+        replayed = 0
+        async with self._replaying:
+            for entry in self.degraded.pending():
+                try:
+                    result = await self.send_journaled(entry)
+                except RationError:
+                    continue
+                if result.journaled:
+                    break
+                replayed += 1
+        return replayed
 
     async def release(
         self, run_id: str, reservation_id: str, *, request_id: str | None = None

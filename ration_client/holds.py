@@ -11,8 +11,10 @@ from fractions import Fraction
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from ration_client._rpc import new_request_id
+from ration_client.degraded import JournalEntry
 from ration_client.errors import Unavailable
-from ration_client.views import Amounts, ConsumeResult, ReservationInfo, ReserveMode
+from ration_client.views import Amounts, ConsumeResult, ReservationInfo, ReserveMode, RunState
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -121,6 +123,8 @@ class Reservation:
         self.reservation: ReservationInfo | None = None
         self.settled = False
         self.consumed: ConsumeResult | None = None
+        # Fail-open: granted by the client's local allowance, the service being unreachable.
+        self.local = False
 
     @property
     def reservation_id(self) -> str:
@@ -128,7 +132,10 @@ class Reservation:
 
     @property
     def granted(self) -> Amounts:
-        """What the server holds for this call (zero before entry)."""
+        """What the server holds for this call (zero before entry; the estimate when granted
+        locally in fail-open mode)."""
+        if self.local:
+            return self.estimate
         return Amounts() if self.reservation is None else self.reservation.granted
 
     @property
@@ -145,28 +152,64 @@ class Reservation:
         return self._worst_case.max_tokens(self.granted)
 
     async def __aenter__(self) -> Reservation:
-        reply = await self._client.reserve(
-            self.run_id,
-            model=self.model,
-            estimate=self.estimate,
-            ttl_seconds=self._ttl,
-            mode=self._mode,
-        )
+        degraded = self._client.degraded
+        try:
+            reply = await self._client.reserve(
+                self.run_id,
+                model=self.model,
+                estimate=self.estimate,
+                ttl_seconds=self._ttl,
+                mode=self._mode,
+            )
+        except Unavailable:
+            if degraded is None:
+                raise
+            degraded.grant(self.run_id, self.model, self.estimate)  # or FailOpenRefused
+            self.local = True
+            return self
         self.reservation = reply.reservation
+        if degraded is not None and degraded.waiting:
+            await self._client.replay_journal()  # the service answers again
         return self
 
     async def consume(self, usage: Amounts) -> ConsumeResult:
-        """Records what the provider billed and settles the hold (never refused for budget)."""
-        self.consumed = await self._client.consume(
-            self.run_id, usage=usage, model=self.model, reservation_id=self.reservation_id
-        )
+        """Records what the provider billed and settles the hold (never refused for budget).
+        In fail-open mode a consume the service cannot take now is journaled and replayed
+        later with the same request id (the result says `journaled`)."""
+        degraded = self._client.degraded
+        entry = JournalEntry(new_request_id(), self.run_id, self.model, usage, self.reservation_id)
+        if self.local:
+            assert degraded is not None
+            degraded.give_back(self.run_id, self.estimate)
+            degraded.journal(entry)  # on disk before it is sent
+            self.settled = True
+            self.consumed = await self._client.send_journaled(entry)
+            return self.consumed
+        try:
+            self.consumed = await self._client.consume(
+                self.run_id,
+                usage=usage,
+                model=self.model,
+                reservation_id=self.reservation_id,
+                request_id=entry.request_id,
+            )
+        except Unavailable:
+            if degraded is None:
+                raise
+            degraded.journal(entry)  # the same request id: applied once if it did land
+            self.consumed = journaled_result()
         self.settled = True
         return self.consumed
 
     async def release(self) -> None:
-        if not self.settled:
+        if self.settled:
+            return
+        if self.local:
+            assert self._client.degraded is not None
+            self._client.degraded.give_back(self.run_id, self.estimate)
+        else:
             await self._client.release(self.run_id, self.reservation_id)
-            self.settled = True
+        self.settled = True
 
     async def __aexit__(
         self,
@@ -181,6 +224,17 @@ class Reservation:
         release = asyncio.ensure_future(self.release())
         with contextlib.suppress(Unavailable):
             await asyncio.shield(release)
+
+
+def journaled_result() -> ConsumeResult:
+    """The result of a consume kept in the fail-open journal: nothing is known of the run yet."""
+    return ConsumeResult(
+        overrun=Amounts(),
+        dimensions=(),
+        state=RunState.ACTIVE,
+        reservation_state=None,
+        journaled=True,
+    )
 
 
 # The name this context manager had in earlier releases (DESIGN 3.9 says "hold"): kept so

@@ -235,6 +235,9 @@ class ConsumeResult:
     dimensions: tuple[DimensionStatus, ...]
     state: RunState
     reservation_state: ReservationState | None  # None when no hold was named
+    # Fail-open: the service was unreachable, the consume is in the local journal and will be
+    # replayed (dimensions are then empty and state is not known: ACTIVE).
+    journaled: bool = False
 
 
 @dataclass(frozen=True)

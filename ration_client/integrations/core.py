@@ -10,9 +10,12 @@ without consume (an error, a timeout, a cancellation) releases the hold. Integra
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import grpc
 
@@ -20,6 +23,7 @@ from ration_client.errors import (
     BudgetExhausted,
     BudgetHeld,
     ModelDenied,
+    RationError,
     RunClosed,
     RunFailed,
     RunInterrupted,
@@ -31,9 +35,19 @@ from ration_client.views import Amounts, ConsumeResult, ReserveMode
 if TYPE_CHECKING:
     from ration_client.budget import BudgetClient
 
-__all__ = ["BudgetGuard", "GuardedCall", "ModelUsage", "Refusal", "refusal_of"]
+__all__ = [
+    "BudgetGuard",
+    "BudgetRefusal",
+    "GuardedCall",
+    "GuardedStream",
+    "ModelUsage",
+    "Refusal",
+    "refusal_body",
+    "refusal_of",
+]
 
 DEFAULT_MAX_TOKENS = 4096
+T = TypeVar("T")
 
 
 class Refusal(enum.StrEnum):
@@ -53,6 +67,40 @@ def refusal_of(error: BaseException) -> Refusal | None:
     if isinstance(error, BudgetExhausted | RunFailed | RunInterrupted | RunClosed):
         return Refusal.EXHAUSTED
     return None
+
+
+class BudgetRefusal:
+    """Mixed into each framework's own error types: the ration refusal behind the error.
+    `refusal` is the typed `RationError` (reason, metadata such as model, dimension, limit);
+    `kind` is its `Refusal`."""
+
+    refusal: RationError
+    kind: Refusal
+
+    def _set_refusal(self, refusal: RationError, kind: Refusal) -> None:
+        self.refusal = refusal
+        self.kind = kind
+
+
+# What each kind looks like on the wire of an HTTP API (status and error type).
+HTTP_STATUS: Mapping[Refusal, int] = {
+    Refusal.MODEL_DENIED: 403,
+    Refusal.EXHAUSTED: 429,
+    Refusal.RETRY_LATER: 429,
+}
+
+
+def refusal_body(refusal: RationError, kind: Refusal) -> dict[str, object]:
+    """An OpenAI/Anthropic-shaped error body for a refusal (no prices: aggregate amounts only)."""
+    return {
+        "type": "error",
+        "error": {
+            "type": f"ration_{kind.value}",
+            "code": refusal.reason,
+            "message": refusal.message or str(refusal),
+            "metadata": dict(refusal.metadata),
+        },
+    }
 
 
 def _grant_too_small(model: str) -> BudgetExhausted:
@@ -119,6 +167,7 @@ class GuardedCall:
             mode=guard.mode,
         )
         self.usage: ModelUsage | None = None
+        self._consuming: asyncio.Future[ConsumeResult] | None = None
 
     @property
     def max_tokens(self) -> int:
@@ -137,14 +186,26 @@ class GuardedCall:
             raise _grant_too_small(self.model)
         return self
 
+    @property
+    def worst_case(self) -> ModelUsage:
+        """The usage to bill when the provider reported none: everything that was allowed."""
+        return ModelUsage(self.prompt_tokens, self.max_tokens)
+
     async def consume(self, usage: ModelUsage) -> ConsumeResult:
-        """Records the provider's reported usage and what it cost; settles the hold."""
+        """Records the provider's reported usage and what it cost; settles the hold. Shielded:
+        the provider billed the call, so a cancellation does not lose the bill."""
         self.usage = usage
         cost = self.guard.prices.cost_nanos(self.model, usage)
-        return await self.hold.consume(Amounts(tokens=usage.tokens, cost_nanos=cost))
+        amounts = Amounts(tokens=usage.tokens, cost_nanos=cost)
+        self._consuming = asyncio.ensure_future(self.hold.consume(amounts))
+        return await asyncio.shield(self._consuming)
 
     async def end(self, error: BaseException | None = None) -> None:
         """Releases the hold unless it was consumed (shielded: a cancelled task releases too)."""
+        if self._consuming is not None:
+            with contextlib.suppress(Exception):  # its own caller saw the outcome
+                await asyncio.shield(self._consuming)
+            return
         await self.hold.__aexit__(type(error) if error else None, error, None)
 
     async def __aenter__(self) -> GuardedCall:
@@ -157,3 +218,65 @@ class GuardedCall:
         traceback: TracebackType | None,
     ) -> None:
         await self.end(exc)
+
+
+class GuardedStream(Generic[T]):
+    """A provider stream whose hold is consumed when the final usage arrives, released if the
+    stream ends, fails or is cancelled before; iterate it like the SDK's stream."""
+
+    def __init__(
+        self, stream: Any, call: GuardedCall, usage_of: Callable[[T], ModelUsage | None]
+    ) -> None:
+        self._stream = stream
+        self._iterator = stream.__aiter__()
+        self.call = call
+        self._usage_of = usage_of
+        self._done = False
+
+    @property
+    def response(self) -> Any:
+        return self._stream.response
+
+    def __aiter__(self) -> GuardedStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        try:
+            item: T = await self._iterator.__anext__()
+        except StopAsyncIteration:
+            await self._finish(None, None)
+            raise
+        except BaseException as error:
+            await self._finish(None, error)
+            raise
+        usage = self._usage_of(item)
+        if usage is not None:
+            await self._finish(usage, None)
+        return item
+
+    async def _finish(self, usage: ModelUsage | None, error: BaseException | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        if usage is not None:
+            await self.call.consume(usage)
+        elif error is None and not self.call.settled:
+            # The stream ended without reporting usage: bill everything that was allowed.
+            await self.call.consume(self.call.worst_case)
+        else:
+            await self.call.end(error)
+
+    async def close(self) -> None:
+        """Closes the provider stream; the hold is released unless its usage was read."""
+        try:
+            await self._stream.close()
+        finally:
+            if not self._done:
+                self._done = True
+                await self.call.end(GeneratorExit())
+
+    async def __aenter__(self) -> GuardedStream[T]:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
