@@ -103,6 +103,8 @@ async def test_an_agent_loop_stops_at_exactly_its_tool_call_limit(budget: Budget
     assert LOOKED_UP == [0, 1, 2, 3, 4]  # the sixth tool call never ran
     assert len(fake.requests) == 6
     assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    cost = (await budget.get_run(run_id)).status(Dimension.COST)
+    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
 
 
 async def test_a_denied_model_is_refused_before_any_request_reaches_the_provider(
@@ -168,6 +170,8 @@ async def test_a_streamed_run_consumes_the_reported_usage(budget: BudgetClient) 
     assert fake.requests[0]["stream_options"] == {"include_usage": True}
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    cost = (await budget.get_run(run_id)).status(Dimension.COST)
+    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
     assert fake.reported_tokens > 7
 
 

@@ -83,6 +83,8 @@ async def test_a_graph_loop_stops_at_exactly_its_tool_call_limit(budget: BudgetC
     assert LOOKED_UP == [0, 1, 2, 3, 4]  # the sixth tool call never ran
     assert len(fake.requests) == 6
     assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    cost = (await budget.get_run(run_id)).status(Dimension.COST)
+    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
 
 
 async def test_a_token_budget_stops_the_loop_before_a_call_that_could_overrun_it(
@@ -101,6 +103,8 @@ async def test_a_token_budget_stops_the_loop_before_a_call_that_could_overrun_it
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert len(fake.requests) >= 2
     assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    cost = (await budget.get_run(run_id)).status(Dimension.COST)
+    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
     assert tokens.consumed <= 3_000
 
 
@@ -153,4 +157,6 @@ async def test_a_stream_consumes_the_reported_usage(budget: BudgetClient) -> Non
     assert text.split() == ["word"] * 7
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    cost = (await budget.get_run(run_id)).status(Dimension.COST)
+    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
     assert fake.reported_tokens > 7

@@ -64,6 +64,8 @@ async def test_an_agent_loop_stops_at_exactly_its_tool_call_limit(budget: Budget
     assert LOOKED_UP == [0, 1, 2, 3, 4]  # the sixth tool call never ran
     assert len(fake.requests) == 6
     assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    cost = (await budget.get_run(run_id)).status(Dimension.COST)
+    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
     assert all(r["max_completion_tokens"] <= 100 for r in fake.requests)
 
 
@@ -82,6 +84,8 @@ async def test_a_token_budget_stops_the_loop_with_the_ledger_equal_to_usage(
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert len(fake.requests) >= 2
     assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    cost = (await budget.get_run(run_id)).status(Dimension.COST)
+    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
     assert tokens.consumed <= 3_000
 
 
@@ -107,6 +111,8 @@ async def test_a_streamed_run_consumes_the_reported_usage(budget: BudgetClient) 
     assert text.split() == ["word"] * 7
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    cost = (await budget.get_run(run_id)).status(Dimension.COST)
+    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
     assert fake.reported_tokens > 7
 
 

@@ -12,8 +12,12 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from ration_client.prices import ModelUsage, PriceCatalog
+from ration_client.views import nanos_to_usd
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
@@ -94,6 +98,15 @@ class FakeOpenAI:
     @property
     def reported_tokens(self) -> int:
         return sum(u["total_tokens"] for u in self.usages)
+
+    def reported_cost(self, model: str) -> Decimal:
+        """What the reported usage costs at the price catalog's figure, call by call."""
+        catalog = PriceCatalog()
+        nanos = sum(
+            catalog.cost_nanos(model, ModelUsage(u["prompt_tokens"], u["completion_tokens"]))
+            for u in self.usages
+        )
+        return nanos_to_usd(nanos)
 
 
 class _Handler(BaseHTTPRequestHandler):
