@@ -4,20 +4,24 @@ Every method returns the typed views of `ration_client.memory_views`, never prot
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
-from ration.memory.v1 import memory_service_pb2, memory_service_pb2_grpc
+from ration.memory.v1 import memory_pb2, memory_service_pb2, memory_service_pb2_grpc
 from ration_client import memory_convert as convert
 from ration_client._rpc import Client, new_request_id
 from ration_client.memory_convert import EntryLike
 from ration_client.memory_views import (
     Capacity,
+    Change,
     Citation,
+    Compaction,
     EntryInput,
     EntryVersion,
+    MemoryCapabilities,
     MemoryList,
     Rank,
+    Revision,
     SearchMode,
     SearchResult,
     TokenCounter,
@@ -142,6 +146,50 @@ class MemoryClient(Client):
         reply = await self._rpc.unary(self._stub.ReactivateEntries, request)
         return convert.write_result(reply.result)
 
+    async def dedupe(
+        self,
+        memory_ref: str,
+        *,
+        expected_revision: int | None = None,
+        request_id: str | None = None,
+    ) -> WriteResult:
+        """OrganizeMemory DEDUPE: deactivates exact duplicates (by content hash) among active
+        entries, keeping the earliest; the changes name the entries deactivated."""
+        request = pb.OrganizeMemoryRequest(
+            request_id=request_id or new_request_id(),
+            memory_ref=memory_ref,
+            mode=memory_pb2.ORGANIZE_MODE_DEDUPE,
+        )
+        if expected_revision is not None:
+            request.expected_revision = expected_revision
+        reply = await self._rpc.unary(self._stub.OrganizeMemory, request)
+        return convert.write_result(reply.result)
+
+    async def compact(
+        self,
+        memory_ref: str,
+        *,
+        dry_run: bool = False,
+        limit: int = 0,
+        reason: str = "",
+        secrets: Mapping[str, str] | None = None,
+        expected_revision: int | None = None,
+        request_id: str | None = None,
+    ) -> Compaction:
+        """Drops eligible tombstones; a real run needs the previewed head as
+        `expected_revision` (preview with `dry_run=True`)."""
+        request = pb.CompactMemoryRequest(
+            request_id=request_id or new_request_id(),
+            memory_ref=memory_ref,
+            dry_run=dry_run,
+            limit=limit,
+            reason=reason,
+            secrets=convert.secret_messages(secrets),
+        )
+        if expected_revision is not None:
+            request.expected_revision = expected_revision
+        return convert.compaction(await self._rpc.unary(self._stub.CompactMemory, request))
+
     # ---- reads -----------------------------------------------------------------------------
 
     async def list(
@@ -204,6 +252,38 @@ class MemoryClient(Client):
         if revision is not None:
             request.revision = revision
         return convert.capacity((await self._rpc.unary(self._stub.GetCapacity, request)).capacity)
+
+    async def revisions(
+        self, memory_ref: str, since: int = 0, through: int = 0
+    ) -> tuple[Revision, ...]:
+        """Revisions in (since, through] (through 0: the head), at most the server's
+        max_history_revisions at a time (HistoryWindowExceeded beyond)."""
+        request = pb.ListRevisionsRequest(memory_ref=memory_ref, since=since, through=through)
+        reply = await self._rpc.unary(self._stub.ListRevisions, request)
+        return tuple(convert.revision(r) for r in reply.revisions)
+
+    async def changes(
+        self, memory_ref: str, *, revision: int | None = None, since: int | None = None
+    ) -> AsyncIterator[Change]:
+        """The changes of one revision, or of every revision after `since` (neither: all),
+        ordered by (revision, entry_id), following the pages."""
+        token = ""
+        while True:
+            request = pb.ListChangesRequest(memory_ref=memory_ref, page_token=token)
+            if revision is not None:
+                request.revision = revision
+            elif since is not None:
+                request.since = since
+            reply = await self._rpc.unary(self._stub.ListChanges, request)
+            for change in reply.changes:
+                yield convert.change(change)
+            token = reply.next_page_token
+            if not token:
+                return
+
+    async def capabilities(self) -> MemoryCapabilities:
+        reply = await self._rpc.unary(self._stub.GetCapabilities, pb.GetCapabilitiesRequest())
+        return convert.capabilities(reply)
 
     async def entry_version(self, memory_ref: str, entry_version_id: str) -> EntryVersion:
         request = pb.GetEntryVersionRequest(

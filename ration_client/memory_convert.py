@@ -17,6 +17,7 @@ SEARCH_MODES = EnumTable(v.SearchMode, pb.SearchMode, "SEARCH_MODE_")
 CHANGE_OPS = EnumTable(v.ChangeOp, pb.ChangeOp, "CHANGE_OP_")
 CAPACITY_DIMENSIONS = EnumTable(v.CapacityDimension, pb.CapacityDimension, "CAPACITY_DIMENSION_")
 ENTRY_STATES = EnumTable(v.EntryState, pb.EntryState, "ENTRY_STATE_")
+OPERATIONS = EnumTable(v.RevisionOperation, pb.RevisionOperation, "REVISION_OPERATION_")
 
 # ---- to the server ---------------------------------------------------------------------------
 
@@ -158,3 +159,41 @@ def search_result(m: rpc.SearchMemoryResponse) -> v.SearchResult:
 
 def citation(m: rpc.ValidateCitationResponse) -> v.Citation:
     return v.Citation(m.valid, ENTRY_STATES.member(m.state))
+
+
+def revision(m: pb.Revision) -> v.Revision:
+    return v.Revision(
+        revision=m.revision,
+        created_at=datetime_of(m.created_at),
+        operation=OPERATIONS.required(m.revision_operation),
+        change_count=m.change_count,
+        active_entry_count=m.active_entry_count,
+        manifest_entry_count=m.manifest_entry_count,
+        manifest_bytes=m.manifest_bytes,
+    )
+
+
+def compaction(m: rpc.CompactMemoryResponse) -> v.Compaction:
+    return v.Compaction(
+        dry_run=m.dry_run,
+        entry_ids=tuple(m.entry_ids),
+        reclaimed_bytes=m.reclaimed_bytes,
+        revision=m.revision,
+        capacity=capacity(m.capacity),
+    )
+
+
+def capabilities(m: rpc.GetCapabilitiesResponse) -> v.MemoryCapabilities:
+    b = m.capacity_budget
+    return v.MemoryCapabilities(
+        max_entry_size_bytes=m.max_entry_size_bytes,
+        search_modes=tuple(SEARCH_MODES.required(mode) for mode in m.search.search_modes),
+        default_token_counter=TOKEN_COUNTERS.required(m.injection_budget.default_token_counter),
+        capacity_budget=v.CapacityBudget(
+            b.max_active_entries, b.max_manifest_entries, b.max_manifest_bytes
+        ),
+        compaction_enabled=m.compaction.enabled,
+        min_tombstone_revisions=m.compaction.min_tombstone_revisions,
+        max_history_revisions=m.max_history_revisions,
+        capabilities_json=m.capabilities_json,
+    )

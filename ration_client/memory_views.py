@@ -56,6 +56,17 @@ class CapacityDimension(enum.StrEnum):
     ACTIVE_ENTRIES = "active_entries"
 
 
+class RevisionOperation(enum.StrEnum):
+    """The write that created a revision."""
+
+    APPEND = "append"
+    REVISE = "revise"
+    FORGET = "forget"
+    REACTIVATE = "reactivate"
+    ORGANIZE = "organize"
+    COMPACT = "compact"
+
+
 class EntryState(enum.StrEnum):
     ACTIVE = "active"
     INACTIVE = "inactive"
@@ -192,3 +203,41 @@ class SearchResult:
 class Citation:
     valid: bool
     state: EntryState | None  # None when not valid
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One revision as ListRevisions summarises it."""
+
+    revision: int
+    created_at: datetime
+    operation: RevisionOperation
+    change_count: int
+    active_entry_count: int
+    manifest_entry_count: int
+    manifest_bytes: int
+
+
+@dataclass(frozen=True)
+class Compaction:
+    """What CompactMemory dropped (or, for a dry run, would drop) and reclaimed."""
+
+    dry_run: bool
+    entry_ids: tuple[str, ...]
+    reclaimed_bytes: int  # canonical bytes before minus after; may be negative
+    revision: int  # the new revision, or the head for a dry run or a no-op
+    capacity: Capacity
+
+
+@dataclass(frozen=True)
+class MemoryCapabilities:
+    """The memory service's configuration, truthfully: OpenWOP `memory` block and limits."""
+
+    max_entry_size_bytes: int
+    search_modes: tuple[SearchMode, ...]
+    default_token_counter: TokenCounter
+    capacity_budget: CapacityBudget
+    compaction_enabled: bool
+    min_tombstone_revisions: int
+    max_history_revisions: int
+    capabilities_json: str

@@ -21,6 +21,7 @@ from ration_client import (
     MemoryClient,
     MemoryList,
     Rank,
+    RevisionOperation,
     SearchMode,
     StoppedBy,
     TokenCounter,
@@ -148,3 +149,41 @@ async def test_capacity_names_exceeded_dimensions_as_enums(start_server: StartSe
     assert capacity.budget.max_active_entries == 2
     assert capacity.exceeded == ()
     assert str(CapacityDimension.ACTIVE_ENTRIES) == "active_entries"
+
+
+async def test_history_organize_compact_and_capabilities_are_typed(
+    start_server: StartServer,
+) -> None:
+    runner = await start_server(
+        "memory",
+        RATION_MEMORY_COMPACTION_ENABLED="true",
+        RATION_MEMORY_MIN_TOMBSTONE_REVISIONS="0",
+    )
+    async with MemoryClient(f"127.0.0.1:{runner.port}") as memory:
+        written = await memory.append("views/4", ["same", "same", "other"])
+        deduped = await memory.dedupe("views/4")
+        (dropped,) = [c.entry_id for c in deduped.changes]
+        assert [c.reason for c in deduped.changes] == ["dedupe"]
+        revisions = await memory.revisions("views/4")
+        no_protobuf(revisions)
+        assert [r.operation for r in revisions] == [
+            RevisionOperation.APPEND,
+            RevisionOperation.ORGANIZE,
+        ]
+        changes = [c async for c in memory.changes("views/4")]
+        assert [(c.revision, c.op) for c in changes] == [(1, ChangeOp.ADD)] * 3 + [
+            (2, ChangeOp.DEACTIVATE)
+        ]
+        assert [c.entry_id async for c in memory.changes("views/4", revision=2)] == [dropped]
+        preview = await memory.compact("views/4", dry_run=True)
+        assert (preview.dry_run, preview.entry_ids) == (True, (dropped,))
+        done = await memory.compact("views/4", expected_revision=preview.revision)
+        no_protobuf(done)
+        assert (done.revision, done.entry_ids) == (3, (dropped,))
+        assert done.capacity.manifest_entry_count == 2
+        assert dropped in {e.entry_id for e in written.entries}
+        capabilities = await memory.capabilities()
+    no_protobuf(capabilities)
+    assert capabilities.compaction_enabled
+    assert capabilities.default_token_counter is TokenCounter.O200K_BASE
+    assert set(capabilities.search_modes) == {SearchMode.SEMANTIC, SearchMode.FILTER}
