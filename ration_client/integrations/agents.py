@@ -23,9 +23,9 @@ from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 
 from ration_client.errors import RationError
 from ration_client.integrations.agents_session import RationSession
-from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal, refusal_of
+from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal
+from ration_client.integrations.shared import count_tool_call, refusals_as
 from ration_client.integrations.tokens import count_openai_input
-from ration_client.integrations.tool_calls import count_tool_call
 from ration_client.prices import ModelUsage
 
 __all__ = [
@@ -46,17 +46,6 @@ class BudgetRefused(AgentsException):
         super().__init__(str(refusal))
         self.refusal = refusal
         self.kind = kind
-
-
-@contextlib.asynccontextmanager
-async def _refusals_as_agents_errors() -> AsyncIterator[None]:
-    try:
-        yield
-    except RationError as error:
-        kind = refusal_of(error)
-        if kind is None:
-            raise
-        raise BudgetRefused(error, kind) from error
 
 
 def _tool_schemas(tools: list[Any], handoffs: list[Any], output_schema: Any) -> list[Any]:
@@ -96,7 +85,7 @@ class BudgetedModel(Model):
         call = self.guard.call(
             self.model_name, prompt_tokens=prompt, max_tokens=model_settings.max_tokens
         )
-        async with _refusals_as_agents_errors(), call:
+        async with refusals_as(BudgetRefused), call:
             yield call, dataclasses.replace(model_settings, max_tokens=call.max_tokens)
 
     async def get_response(
@@ -175,5 +164,5 @@ class BudgetHooks(RunHooks[Any]):
         self.guard = guard
 
     async def on_tool_start(self, context: Any, agent: Any, tool: Any) -> None:
-        async with _refusals_as_agents_errors():
+        async with refusals_as(BudgetRefused):
             await count_tool_call(self.guard)

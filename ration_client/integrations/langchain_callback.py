@@ -26,9 +26,9 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
 from ration_client.errors import RationError
-from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal, refusal_of
+from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal
+from ration_client.integrations.shared import count_tool_call, framework_error
 from ration_client.integrations.tokens import count_openai_messages
-from ration_client.integrations.tool_calls import count_tool_call
 from ration_client.prices import ModelUsage
 from ration_client.views import ReserveMode
 
@@ -45,11 +45,6 @@ class BudgetRefused(LangChainException):
         super().__init__(str(refusal))
         self.refusal = refusal
         self.kind = kind
-
-
-def _refused(error: RationError) -> BudgetRefused | None:
-    kind = refusal_of(error)
-    return None if kind is None else BudgetRefused(error, kind)
 
 
 def _as_dict(message: BaseMessage) -> dict[str, Any]:
@@ -123,7 +118,7 @@ class BudgetCallbackHandler(AsyncCallbackHandler):
         try:
             await self._at_home(call.start())
         except RationError as error:
-            refused = _refused(error)
+            refused = framework_error(error, BudgetRefused)
             if refused is None:
                 raise
             raise refused from error
@@ -159,7 +154,7 @@ class BudgetCallbackHandler(AsyncCallbackHandler):
         try:
             asyncio.run_coroutine_threadsafe(count_tool_call(self.guard), home).result()
         except RationError as error:
-            refused = _refused(error)
+            refused = framework_error(error, BudgetRefused)
             if refused is None:
                 raise
             raise refused from error

@@ -24,9 +24,9 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
 from ration_client.errors import RationError
-from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal, refusal_of
+from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal
+from ration_client.integrations.shared import count_tool_call, refusals_as
 from ration_client.integrations.tokens import count_openai_messages
-from ration_client.integrations.tool_calls import count_tool_call
 from ration_client.prices import ModelUsage
 
 __all__ = ["BudgetGuard", "BudgetRefused", "BudgetedModel"]
@@ -40,17 +40,6 @@ class BudgetRefused(UsageLimitExceeded):
         super().__init__(str(refusal))
         self.refusal = refusal
         self.kind = kind
-
-
-@contextlib.asynccontextmanager
-async def _refusals_as_usage_limits() -> AsyncIterator[None]:
-    try:
-        yield
-    except RationError as error:
-        kind = refusal_of(error)
-        if kind is None:
-            raise
-        raise BudgetRefused(error, kind) from error
 
 
 def _chat_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
@@ -105,7 +94,7 @@ class BudgetedModel(WrapperModel):
         model_request_parameters: ModelRequestParameters,
     ) -> ModelResponse:
         call = self._guarded(messages, model_settings, model_request_parameters)
-        async with _refusals_as_usage_limits(), call:
+        async with refusals_as(BudgetRefused), call:
             settings: ModelSettings = {**(model_settings or {}), "max_tokens": call.max_tokens}
             response = await self.wrapped.request(messages, settings, model_request_parameters)
             usage = response.usage
@@ -122,7 +111,7 @@ class BudgetedModel(WrapperModel):
         run_context: Any = None,
     ) -> AsyncIterator[StreamedResponse]:
         call = self._guarded(messages, model_settings, model_request_parameters)
-        async with _refusals_as_usage_limits(), call:
+        async with refusals_as(BudgetRefused), call:
             settings: ModelSettings = {**(model_settings or {}), "max_tokens": call.max_tokens}
             async with self.wrapped.request_stream(
                 messages, settings, model_request_parameters, run_context
