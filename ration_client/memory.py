@@ -54,6 +54,16 @@ class MemoryClient(Client):
         super().__init__(address, token=token, timeout=timeout, interceptors=interceptors)
         self._stub = memory_service_pb2_grpc.MemoryServiceStub(self._rpc.channel)  # type: ignore[no-untyped-call]
 
+    async def _write(
+        self, method: Any, request: Any, expected_revision: int | None, request_id: str | None
+    ) -> Any:
+        """Every write: an idempotency key (a new UUIDv7 unless given; retries resend it) and
+        the optional compare-and-swap on the head."""
+        request.request_id = request_id or new_request_id()
+        if expected_revision is not None:
+            request.expected_revision = expected_revision
+        return await self._rpc.unary(method, request)
+
     # ---- writes ----------------------------------------------------------------------------
 
     async def append(
@@ -66,15 +76,17 @@ class MemoryClient(Client):
         request_id: str | None = None,
     ) -> WriteResult:
         """Appends entries in one revision; `.entries` are the stored (redacted) versions."""
-        request = pb.AppendEntriesRequest(
-            request_id=request_id or new_request_id(),
-            memory_ref=memory_ref,
-            entries=[convert.entry_message(e) for e in entries],
-            secrets=convert.secret_messages(secrets),
+        reply = await self._write(
+            self._stub.AppendEntries,
+            pb.AppendEntriesRequest(
+                memory_ref=memory_ref,
+                entries=[convert.entry_message(e) for e in entries],
+                secrets=convert.secret_messages(secrets),
+            ),
+            expected_revision,
+            request_id,
         )
-        if expected_revision is not None:
-            request.expected_revision = expected_revision
-        return convert.appended(await self._rpc.unary(self._stub.AppendEntries, request))
+        return convert.appended(reply)
 
     async def revise(
         self,
@@ -88,17 +100,19 @@ class MemoryClient(Client):
         request_id: str | None = None,
     ) -> WriteResult:
         """Writes a new version of an active entry; `.entries[0]` is that version."""
-        request = pb.ReviseEntryRequest(
-            request_id=request_id or new_request_id(),
-            memory_ref=memory_ref,
-            entry_id=entry_id,
-            entry=convert.entry_message(entry),
-            reason=reason,
-            secrets=convert.secret_messages(secrets),
+        reply = await self._write(
+            self._stub.ReviseEntry,
+            pb.ReviseEntryRequest(
+                memory_ref=memory_ref,
+                entry_id=entry_id,
+                entry=convert.entry_message(entry),
+                reason=reason,
+                secrets=convert.secret_messages(secrets),
+            ),
+            expected_revision,
+            request_id,
         )
-        if expected_revision is not None:
-            request.expected_revision = expected_revision
-        return convert.revised(await self._rpc.unary(self._stub.ReviseEntry, request))
+        return convert.revised(reply)
 
     async def forget(
         self,
@@ -112,15 +126,12 @@ class MemoryClient(Client):
     ) -> WriteResult:
         """Deactivates entries; `secrets` ({id: value}) are redacted from the reason."""
         request = pb.ForgetEntriesRequest(
-            request_id=request_id or new_request_id(),
             memory_ref=memory_ref,
             entry_ids=list(entry_ids),
             reason=reason,
             secrets=convert.secret_messages(secrets),
         )
-        if expected_revision is not None:
-            request.expected_revision = expected_revision
-        reply = await self._rpc.unary(self._stub.ForgetEntries, request)
+        reply = await self._write(self._stub.ForgetEntries, request, expected_revision, request_id)
         return convert.write_result(reply.result)
 
     async def reactivate(
@@ -135,15 +146,14 @@ class MemoryClient(Client):
     ) -> WriteResult:
         """Reactivates tombstones (not compacted ones)."""
         request = pb.ReactivateEntriesRequest(
-            request_id=request_id or new_request_id(),
             memory_ref=memory_ref,
             entry_ids=list(entry_ids),
             reason=reason,
             secrets=convert.secret_messages(secrets),
         )
-        if expected_revision is not None:
-            request.expected_revision = expected_revision
-        reply = await self._rpc.unary(self._stub.ReactivateEntries, request)
+        reply = await self._write(
+            self._stub.ReactivateEntries, request, expected_revision, request_id
+        )
         return convert.write_result(reply.result)
 
     async def dedupe(
@@ -156,13 +166,9 @@ class MemoryClient(Client):
         """OrganizeMemory DEDUPE: deactivates exact duplicates (by content hash) among active
         entries, keeping the earliest; the changes name the entries deactivated."""
         request = pb.OrganizeMemoryRequest(
-            request_id=request_id or new_request_id(),
-            memory_ref=memory_ref,
-            mode=memory_pb2.ORGANIZE_MODE_DEDUPE,
+            memory_ref=memory_ref, mode=memory_pb2.ORGANIZE_MODE_DEDUPE
         )
-        if expected_revision is not None:
-            request.expected_revision = expected_revision
-        reply = await self._rpc.unary(self._stub.OrganizeMemory, request)
+        reply = await self._write(self._stub.OrganizeMemory, request, expected_revision, request_id)
         return convert.write_result(reply.result)
 
     async def compact(
@@ -179,16 +185,14 @@ class MemoryClient(Client):
         """Drops eligible tombstones; a real run needs the previewed head as
         `expected_revision` (preview with `dry_run=True`)."""
         request = pb.CompactMemoryRequest(
-            request_id=request_id or new_request_id(),
             memory_ref=memory_ref,
             dry_run=dry_run,
             limit=limit,
             reason=reason,
             secrets=convert.secret_messages(secrets),
         )
-        if expected_revision is not None:
-            request.expected_revision = expected_revision
-        return convert.compaction(await self._rpc.unary(self._stub.CompactMemory, request))
+        reply = await self._write(self._stub.CompactMemory, request, expected_revision, request_id)
+        return convert.compaction(reply)
 
     # ---- reads -----------------------------------------------------------------------------
 
