@@ -3,8 +3,6 @@ budget service: stopped by the budget, denied before any request, released on ca
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
 
 import pytest
@@ -31,7 +29,12 @@ from ration_client import (
 from ration_client.integrations import Refusal
 from ration_client.integrations.agents import BudgetedModel, BudgetGuard, BudgetHooks, BudgetRefused
 from tests.support.fake_llm import FakeLLM
-from tests.support.fake_openai import FakeOpenAI, FakeOpenAIServer
+from tests.support.fake_openai import (
+    FakeOpenAI,
+    FakeOpenAIServer,
+    assert_ledger_is_the_report,
+    held_then_cancelled,
+)
 
 MODEL = "gpt-4o-mini"
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI
@@ -97,14 +100,11 @@ async def test_an_agent_loop_stops_at_exactly_its_tool_call_limit(budget: Budget
         await Runner.run(agent_of(fake, run_budget), "go", hooks=hooks)
     assert isinstance(refused.value.refusal, BudgetExhausted)
     assert refused.value.refusal.dimension is Dimension.TOOL_CALLS
-    run = await budget.get_run(run_id)
-    tokens, tools = run.status(Dimension.TOKENS), run.status(Dimension.TOOL_CALLS)
+    tools = (await budget.get_run(run_id)).status(Dimension.TOOL_CALLS)
     assert (tools.consumed, tools.limit, tools.held) == (5, 5, 0)
     assert LOOKED_UP == [0, 1, 2, 3, 4]  # the sixth tool call never ran
     assert len(fake.requests) == 6
-    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
-    cost = (await budget.get_run(run_id)).status(Dimension.COST)
-    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
+    await assert_ledger_is_the_report(budget, run_id, fake, MODEL)
 
 
 async def test_a_denied_model_is_refused_before_any_request_reaches_the_provider(
@@ -146,12 +146,7 @@ async def test_cancelling_a_streamed_call_mid_stream_releases_its_hold(
             ):
                 events.append(event.type)
 
-        task = asyncio.create_task(stream())
-        await asyncio.to_thread(fake.stream_started.wait, 30)
-        held = (await budget.get_run(run_id)).status(Dimension.TOKENS).held
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        held = await held_then_cancelled(budget, run_id, fake, stream())
     assert held > 0  # the call was in flight under its hold
     assert fake.requests[0]["stream"] is True
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
@@ -168,10 +163,7 @@ async def test_a_streamed_run_consumes_the_reported_usage(budget: BudgetClient) 
             pass
     assert str(result.final_output).split() == ["word"] * 7
     assert fake.requests[0]["stream_options"] == {"include_usage": True}
-    tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
-    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
-    cost = (await budget.get_run(run_id)).status(Dimension.COST)
-    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
+    await assert_ledger_is_the_report(budget, run_id, fake, MODEL)
     assert fake.reported_tokens > 7
 
 

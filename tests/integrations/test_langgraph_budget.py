@@ -3,8 +3,6 @@ ToolNode), budgeted by a real ration budget service through the callback handler
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
 from typing import Any
 
@@ -23,7 +21,12 @@ from ration_client import (
     Policy,
 )
 from ration_client.integrations.langgraph import BudgetCallbackHandler, BudgetGuard, BudgetRefused
-from tests.support.fake_openai import FakeOpenAI, FakeOpenAIServer
+from tests.support.fake_openai import (
+    FakeOpenAI,
+    FakeOpenAIServer,
+    assert_ledger_is_the_report,
+    held_then_cancelled,
+)
 
 MODEL = "gpt-4o-mini"
 LOOKED_UP: list[int] = []
@@ -77,14 +80,11 @@ async def test_a_graph_loop_stops_at_exactly_its_tool_call_limit(budget: BudgetC
             await graph.ainvoke({"messages": [HumanMessage("go")]}, config)
     assert isinstance(refused.value.refusal, BudgetExhausted)
     assert refused.value.refusal.dimension is Dimension.TOOL_CALLS
-    run = await budget.get_run(run_id)
-    tokens, tools = run.status(Dimension.TOKENS), run.status(Dimension.TOOL_CALLS)
+    tools = (await budget.get_run(run_id)).status(Dimension.TOOL_CALLS)
     assert (tools.consumed, tools.limit, tools.held) == (5, 5, 0)
     assert LOOKED_UP == [0, 1, 2, 3, 4]  # the sixth tool call never ran
     assert len(fake.requests) == 6
-    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
-    cost = (await budget.get_run(run_id)).status(Dimension.COST)
-    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
+    await assert_ledger_is_the_report(budget, run_id, fake, MODEL)
 
 
 async def test_a_token_budget_stops_the_loop_before_a_call_that_could_overrun_it(
@@ -102,9 +102,7 @@ async def test_a_token_budget_stops_the_loop_before_a_call_that_could_overrun_it
     assert refused.value.refusal.dimension is Dimension.TOKENS
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert len(fake.requests) >= 2
-    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
-    cost = (await budget.get_run(run_id)).status(Dimension.COST)
-    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
+    await assert_ledger_is_the_report(budget, run_id, fake, MODEL)
     assert tokens.consumed <= 3_000
 
 
@@ -135,12 +133,7 @@ async def test_cancelling_a_stream_mid_way_releases_its_hold(budget: BudgetClien
             async for chunk in model.astream("say something"):
                 chunks.append(chunk)
 
-        task = asyncio.create_task(stream())
-        await asyncio.to_thread(fake.stream_started.wait, 30)
-        held = (await budget.get_run(run_id)).status(Dimension.TOKENS).held
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        held = await held_then_cancelled(budget, run_id, fake, stream())
     assert held > 0
     assert fake.requests[0]["stream"] is True
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
@@ -155,8 +148,5 @@ async def test_a_stream_consumes_the_reported_usage(budget: BudgetClient) -> Non
         model = chat(fake, callbacks=[handler])
         text = "".join([str(chunk.content) async for chunk in model.astream("say something")])
     assert text.split() == ["word"] * 7
-    tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
-    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
-    cost = (await budget.get_run(run_id)).status(Dimension.COST)
-    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
+    await assert_ledger_is_the_report(budget, run_id, fake, MODEL)
     assert fake.reported_tokens > 7

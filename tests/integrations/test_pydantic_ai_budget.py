@@ -4,8 +4,6 @@ request, released on cancellation mid-stream."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import uuid
 
 import pytest
@@ -24,7 +22,12 @@ from ration_client import (
 )
 from ration_client.integrations import Refusal
 from ration_client.integrations.pydantic_ai import BudgetedModel, BudgetGuard, BudgetRefused
-from tests.support.fake_openai import FakeOpenAI, FakeOpenAIServer
+from tests.support.fake_openai import (
+    FakeOpenAI,
+    FakeOpenAIServer,
+    assert_ledger_is_the_report,
+    held_then_cancelled,
+)
 
 MODEL = "gpt-4o-mini"
 LOOKED_UP: list[int] = []
@@ -58,14 +61,11 @@ async def test_an_agent_loop_stops_at_exactly_its_tool_call_limit(budget: Budget
     assert isinstance(refused.value, UsageLimitExceeded)  # pydantic-ai's own error type
     assert isinstance(refused.value.refusal, BudgetExhausted)
     assert refused.value.refusal.dimension is Dimension.TOOL_CALLS
-    run = await budget.get_run(run_id)
-    tokens, tools = run.status(Dimension.TOKENS), run.status(Dimension.TOOL_CALLS)
+    tools = (await budget.get_run(run_id)).status(Dimension.TOOL_CALLS)
     assert (tools.consumed, tools.limit, tools.held) == (5, 5, 0)
     assert LOOKED_UP == [0, 1, 2, 3, 4]  # the sixth tool call never ran
     assert len(fake.requests) == 6
-    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
-    cost = (await budget.get_run(run_id)).status(Dimension.COST)
-    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
+    await assert_ledger_is_the_report(budget, run_id, fake, MODEL)
     assert all(r["max_completion_tokens"] <= 100 for r in fake.requests)
 
 
@@ -83,9 +83,7 @@ async def test_a_token_budget_stops_the_loop_with_the_ledger_equal_to_usage(
     assert refused.value.kind is Refusal.EXHAUSTED
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert len(fake.requests) >= 2
-    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
-    cost = (await budget.get_run(run_id)).status(Dimension.COST)
-    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
+    await assert_ledger_is_the_report(budget, run_id, fake, MODEL)
     assert tokens.consumed <= 3_000
 
 
@@ -109,10 +107,7 @@ async def test_a_streamed_run_consumes_the_reported_usage(budget: BudgetClient) 
         async with agent_of(fake, guard).run_stream("say something") as result:
             text = await result.get_output()
     assert text.split() == ["word"] * 7
-    tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
-    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
-    cost = (await budget.get_run(run_id)).status(Dimension.COST)
-    assert (cost.consumed, cost.held) == (fake.reported_cost(MODEL), 0)
+    await assert_ledger_is_the_report(budget, run_id, fake, MODEL)
     assert fake.reported_tokens > 7
 
 
@@ -129,12 +124,7 @@ async def test_cancelling_a_stream_mid_way_releases_its_hold(budget: BudgetClien
                 async for text in result.stream_text(delta=True):
                     texts.append(text)
 
-        task = asyncio.create_task(stream())
-        await asyncio.to_thread(fake.stream_started.wait, 30)
-        held = (await budget.get_run(run_id)).status(Dimension.TOKENS).held
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        held = await held_then_cancelled(budget, run_id, fake, stream())
     assert held > 0
     assert fake.requests[0]["stream"] is True
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)

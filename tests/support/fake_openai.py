@@ -8,14 +8,17 @@ as its words. With `hold_stream`, a streamed reply stops after its first chunk u
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ration_client import BudgetClient, Dimension
 from ration_client.prices import ModelUsage, PriceCatalog
 from ration_client.views import nanos_to_usd
 
@@ -177,3 +180,28 @@ class FakeOpenAIServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(10)
+
+
+async def assert_ledger_is_the_report(
+    budget: BudgetClient, run_id: str, fake: FakeOpenAI, model: str
+) -> None:
+    """Σ consumed tokens and cost equal what the fake reported (cost at the catalog's price);
+    nothing is held."""
+    run = await budget.get_run(run_id)
+    tokens, cost = run.status(Dimension.TOKENS), run.status(Dimension.COST)
+    assert (tokens.consumed, tokens.held) == (fake.reported_tokens, 0)
+    assert (cost.consumed, cost.held) == (fake.reported_cost(model), 0)
+
+
+async def held_then_cancelled(
+    budget: BudgetClient, run_id: str, fake: FakeOpenAI, stream: Coroutine[Any, Any, None]
+) -> int:
+    """Runs `stream` (which reads a held stream) until the fake has sent its first chunk, reads
+    the tokens the run holds then, cancels it and waits for it to end; returns what was held."""
+    task = asyncio.create_task(stream)
+    await asyncio.to_thread(fake.stream_started.wait, 30)
+    held = (await budget.get_run(run_id)).status(Dimension.TOKENS).held
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return int(held)
