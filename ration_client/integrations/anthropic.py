@@ -20,19 +20,16 @@ from types import TracebackType
 from typing import Any
 
 import anthropic
-import httpx2
 
 from ration_client.errors import RationError
+from ration_client.integrations._status_errors import status_error
 from ration_client.integrations.core import (
-    HTTP_STATUS,
     BudgetGuard,
     BudgetRefusal,
     GuardedCall,
     GuardedStream,
     ModelUsage,
     Refusal,
-    refusal_body,
-    refusal_of,
 )
 from ration_client.integrations.tokens import count_anthropic_prompt
 
@@ -66,15 +63,7 @@ _ERRORS: dict[Refusal, type[anthropic.APIStatusError]] = {
 
 def as_anthropic_error(error: RationError, url: str) -> BaseException:
     """The anthropic error for a budget refusal (the error itself when it is not one)."""
-    kind = refusal_of(error)
-    if kind is None:
-        return error
-    body = refusal_body(error, kind)
-    response = httpx2.Response(HTTP_STATUS[kind], request=httpx2.Request("POST", url), json=body)
-    mapped = _ERRORS[kind](str(error), response=response, body=body)
-    assert isinstance(mapped, BudgetRefusal)
-    mapped._set_refusal(error, kind)
-    return mapped
+    return status_error(_ERRORS, error, url, inner_body=False)
 
 
 def usage_of(usage: Any) -> ModelUsage:

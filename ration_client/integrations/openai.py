@@ -17,20 +17,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx2
 import openai
 
 from ration_client.errors import RationError
+from ration_client.integrations._status_errors import status_error
 from ration_client.integrations.core import (
-    HTTP_STATUS,
     BudgetGuard,
     BudgetRefusal,
     GuardedCall,
     GuardedStream,
     ModelUsage,
     Refusal,
-    refusal_body,
-    refusal_of,
 )
 from ration_client.integrations.tokens import count_openai_input, count_openai_messages
 
@@ -64,15 +61,7 @@ _ERRORS: dict[Refusal, type[openai.APIStatusError]] = {
 
 def as_openai_error(error: RationError, url: str) -> BaseException:
     """The openai error for a budget refusal (the error itself when it is not one)."""
-    kind = refusal_of(error)
-    if kind is None:
-        return error
-    body = refusal_body(error, kind)
-    response = httpx2.Response(HTTP_STATUS[kind], request=httpx2.Request("POST", url), json=body)
-    mapped = _ERRORS[kind](str(error), response=response, body=body["error"])
-    assert isinstance(mapped, BudgetRefusal)
-    mapped._set_refusal(error, kind)
-    return mapped
+    return status_error(_ERRORS, error, url, inner_body=True)
 
 
 async def _start(call: GuardedCall, url: str) -> None:

@@ -8,11 +8,15 @@ from typing import Any
 import anthropic
 import pytest
 
-from ration_client import BudgetClient, BudgetPolicy, Dimension, ReserveMode
+from ration_client import BudgetClient, BudgetPolicy, ReserveMode
 from ration_client.integrations import BudgetGuard, PriceCatalog, Refusal
 from ration_client.integrations.anthropic import BudgetExhaustedError, ModelDeniedError, budgeted
 from ration_client.integrations.tokens import count_anthropic_prompt
-from tests.integrations.ledger import assert_ledger_is_the_bill
+from tests.integrations.ledger import (
+    assert_ledger_is_the_bill,
+    assert_nothing_spent,
+    cancel_mid_stream,
+)
 from tests.support.fake_llm import FakeLLM
 
 MODEL = "claude-sonnet-4-5"
@@ -99,11 +103,9 @@ async def test_cancelling_mid_stream_releases_the_hold(
 ) -> None:
     await budget.open_run("c", project_id="p", policy=BudgetPolicy(max_tokens=1000))
     client = budgeted(anthropic_client(fake_llm), BudgetGuard(budget, "c", prices=CATALOG))
-    fake_llm.stall = asyncio.Event()
-    first = asyncio.Event()
     messages = [{"role": "user", "content": "hi"}]
 
-    async def read() -> None:
+    async def read(first: asyncio.Event) -> None:
         if how == "stream_manager":
             async with client.messages.stream(
                 model=MODEL, max_tokens=100, messages=messages
@@ -118,16 +120,7 @@ async def test_cancelling_mid_stream_releases_the_hold(
                 if event.type == "content_block_delta":
                     first.set()
 
-    reader = asyncio.create_task(read())
-    await fake_llm.stalled.wait()
-    await first.wait()
-    assert (await budget.get_run("c")).status(Dimension.TOKENS).held > 0
-    reader.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await reader
-    run = await budget.get_run("c")
-    assert (run.status(Dimension.TOKENS).held, run.status(Dimension.TOKENS).consumed) == (0, 0)
-    fake_llm.stall.set()
+    await cancel_mid_stream(budget, "c", fake_llm, read)
 
 
 async def test_a_provider_error_releases_the_hold(budget: BudgetClient, fake_llm: FakeLLM) -> None:
@@ -138,5 +131,4 @@ async def test_a_provider_error_releases_the_hold(budget: BudgetClient, fake_llm
         await client.messages.create(
             model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
         )
-    run = await budget.get_run("e")
-    assert (run.status(Dimension.TOKENS).held, run.status(Dimension.TOKENS).consumed) == (0, 0)
+    await assert_nothing_spent(budget, "e")

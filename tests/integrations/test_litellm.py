@@ -9,14 +9,18 @@ from typing import Any
 import litellm
 import pytest
 
-from ration_client import BudgetClient, BudgetPolicy, Dimension, ModelPatterns, ReserveMode
+from ration_client import BudgetClient, BudgetPolicy, ModelPatterns, ReserveMode
 from ration_client.integrations import PriceCatalog, Refusal
 from ration_client.integrations.litellm import (
     BudgetExhaustedError,
     ModelDeniedError,
     RationLogger,
 )
-from tests.integrations.ledger import assert_ledger_is_the_bill
+from tests.integrations.ledger import (
+    assert_ledger_is_the_bill,
+    assert_nothing_spent,
+    cancel_mid_stream,
+)
 from tests.support.fake_llm import FakeLLM
 
 MODEL = "gpt-4o"
@@ -121,27 +125,15 @@ async def test_cancelling_mid_stream_releases_the_hold(
 ) -> None:
     await budget.open_run("c", project_id="p", policy=BudgetPolicy(max_tokens=1000))
     logger = install(callbacks, RationLogger(budget, run_id="c", prices=CATALOG))
-    fake_llm.stall = asyncio.Event()
-    first = asyncio.Event()
 
-    async def read() -> None:
+    async def read(first: asyncio.Event) -> None:
         stream = await complete(
             fake_llm, [{"role": "user", "content": "hi"}], max_tokens=100, stream=True
         )
         async for _ in stream:
             first.set()
 
-    reader = asyncio.create_task(read())
-    await fake_llm.stalled.wait()
-    await first.wait()
-    assert (await budget.get_run("c")).status(Dimension.TOKENS).held > 0
-    reader.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await reader
-    await logger.settled()
-    run = await budget.get_run("c")
-    assert (run.status(Dimension.TOKENS).held, run.status(Dimension.TOKENS).consumed) == (0, 0)
-    fake_llm.stall.set()
+    await cancel_mid_stream(budget, "c", fake_llm, read, settled=logger.settled)
 
 
 async def test_a_provider_error_releases_the_hold(
@@ -153,5 +145,4 @@ async def test_a_provider_error_releases_the_hold(
     with pytest.raises(litellm.InternalServerError):
         await complete(fake_llm, [{"role": "user", "content": "hi"}], max_tokens=10)
     await logger.settled()
-    run = await budget.get_run("e")
-    assert (run.status(Dimension.TOKENS).held, run.status(Dimension.TOKENS).consumed) == (0, 0)
+    await assert_nothing_spent(budget, "e")

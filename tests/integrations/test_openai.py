@@ -8,14 +8,18 @@ from typing import Any
 import openai
 import pytest
 
-from ration_client import BudgetClient, BudgetPolicy, Dimension, ModelPatterns, ReserveMode
+from ration_client import BudgetClient, BudgetPolicy, ModelPatterns, ReserveMode
 from ration_client.integrations import BudgetGuard, PriceCatalog, Refusal
 from ration_client.integrations.openai import (
     BudgetExhaustedError,
     ModelDeniedError,
     budgeted,
 )
-from tests.integrations.ledger import assert_ledger_is_the_bill
+from tests.integrations.ledger import (
+    assert_ledger_is_the_bill,
+    assert_nothing_spent,
+    cancel_mid_stream,
+)
 from tests.support.fake_llm import FakeLLM
 
 MODEL = "gpt-4o"
@@ -130,10 +134,8 @@ async def test_cancelling_mid_stream_releases_the_hold(
 ) -> None:
     await budget.open_run("c", project_id="p", policy=BudgetPolicy(max_tokens=1000))
     client = budgeted(openai_client(fake_llm), BudgetGuard(budget, "c", prices=CATALOG))
-    fake_llm.stall = asyncio.Event()
-    first = asyncio.Event()
 
-    async def read() -> None:
+    async def read(first: asyncio.Event) -> None:
         if api == "chat":
             stream: Any = await client.chat.completions.create(
                 model=MODEL,
@@ -148,17 +150,7 @@ async def test_cancelling_mid_stream_releases_the_hold(
         async for _ in stream:
             first.set()
 
-    reader = asyncio.create_task(read())
-    await fake_llm.stalled.wait()
-    await first.wait()
-    held = (await budget.get_run("c")).status(Dimension.TOKENS).held
-    assert held > 0  # the hold is open while the stream runs
-    reader.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await reader
-    run = await budget.get_run("c")
-    assert (run.status(Dimension.TOKENS).held, run.status(Dimension.TOKENS).consumed) == (0, 0)
-    fake_llm.stall.set()
+    await cancel_mid_stream(budget, "c", fake_llm, read)
 
 
 async def test_a_provider_error_releases_the_hold(budget: BudgetClient, fake_llm: FakeLLM) -> None:
@@ -169,6 +161,5 @@ async def test_a_provider_error_releases_the_hold(budget: BudgetClient, fake_llm
         await client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=10
         )
-    run = await budget.get_run("e")
-    assert (run.status(Dimension.TOKENS).held, run.status(Dimension.TOKENS).consumed) == (0, 0)
+    await assert_nothing_spent(budget, "e")
     assert fake_llm.requests == 1

@@ -69,6 +69,36 @@ async def test_an_override_prices_a_model_the_catalog_does_not_know() -> None:
         assert call.hold.estimate.cost_nanos == 2_000_000
 
 
+WITHOUT_EXTRAS = """
+import importlib.abc, sys
+class NoExtras(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("openai", "anthropic", "litellm", "genai_prices"):
+            raise ImportError(f"{name} is not installed")
+        return None
+sys.meta_path.insert(0, NoExtras())
+from decimal import Decimal
+import ration_client
+from ration_client.integrations import BudgetGuard, ModelUsage, PriceCatalog, UnknownModel
+catalog = PriceCatalog({"m": ration_client.Prices(Decimal(1), Decimal(2))})
+assert catalog.cost_nanos("m", ModelUsage(1000, 1000)) == 3_000_000
+try:
+    PriceCatalog().prices("gpt-4o")
+except UnknownModel as error:
+    print(error)
+"""
+
+
+def test_the_client_works_without_any_extra() -> None:
+    """With the extras unimportable, the client and the guard work on overrides, and a catalog
+    lookup is an UnknownModel saying what to install."""
+    out = subprocess.run(
+        [sys.executable, "-c", WITHOUT_EXTRAS], capture_output=True, text=True, check=True
+    )
+    assert "'gpt-4o'" in out.stdout
+    assert "pip install 'ration[prices]'" in out.stdout
+
+
 def test_the_client_imports_no_framework_and_no_catalog() -> None:
     code = (
         "import sys, ration_client, ration_client.integrations, ration_client.prices;"
