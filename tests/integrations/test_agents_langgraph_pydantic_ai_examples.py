@@ -21,7 +21,7 @@ async def run_example(name: str, env: dict[str, str]) -> str:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         str(EXAMPLES / name),
-        env={**os.environ, **env},
+        env={k: v for k, v in {**os.environ, **env}.items() if k != "RATION_TOKEN"},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
