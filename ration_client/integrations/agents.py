@@ -23,7 +23,7 @@ from agents.items import ModelResponse, TResponseInputItem, TResponseStreamEvent
 
 from ration_client.errors import RationError
 from ration_client.integrations.agents_session import RationSession
-from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal
+from ration_client.integrations.core import BudgetGuard, BudgetRefusal, GuardedCall, Refusal
 from ration_client.integrations.shared import count_tool_call, refusals_as
 from ration_client.integrations.tokens import count_openai_input
 from ration_client.prices import ModelUsage
@@ -38,14 +38,13 @@ __all__ = [
 ]
 
 
-class BudgetRefused(AgentsException):
+class BudgetRefused(BudgetRefusal, AgentsException):
     """The ration budget refused a model or tool call: `.kind` says how (model denied,
     exhausted, retry later) and `.refusal` is the service's error with its details."""
 
     def __init__(self, refusal: RationError, kind: Refusal) -> None:
         super().__init__(str(refusal))
-        self.refusal = refusal
-        self.kind = kind
+        self._set_refusal(refusal, kind)
 
 
 def _tool_schemas(tools: list[Any], handoffs: list[Any], output_schema: Any) -> list[Any]:
@@ -134,7 +133,7 @@ class BudgetedModel(Model):
                     reported = ModelUsage(u.input_tokens, u.output_tokens)
                 yield event
             # No usage reported: the call may have used its whole worst case.
-            await call.consume(reported or ModelUsage(call.prompt_tokens, call.max_tokens))
+            await call.consume(reported or call.worst_case)
 
     async def close(self) -> None:
         await self.inner.close()

@@ -26,7 +26,7 @@ from langchain_core.messages import BaseMessage
 from langchain_core.outputs import LLMResult
 
 from ration_client.errors import RationError
-from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal
+from ration_client.integrations.core import BudgetGuard, BudgetRefusal, GuardedCall, Refusal
 from ration_client.integrations.shared import count_tool_call, framework_error
 from ration_client.integrations.tokens import count_openai_messages
 from ration_client.prices import ModelUsage
@@ -37,14 +37,13 @@ __all__ = ["BudgetCallbackHandler", "BudgetRefused"]
 T = TypeVar("T")
 
 
-class BudgetRefused(LangChainException):
+class BudgetRefused(BudgetRefusal, LangChainException):
     """The ration budget refused a model or tool call: `.kind` says how, `.refusal` is the
     service's error with its details."""
 
     def __init__(self, refusal: RationError, kind: Refusal) -> None:
         super().__init__(str(refusal))
-        self.refusal = refusal
-        self.kind = kind
+        self._set_refusal(refusal, kind)
 
 
 def _as_dict(message: BaseMessage) -> dict[str, Any]:
@@ -127,8 +126,8 @@ class BudgetCallbackHandler(AsyncCallbackHandler):
     async def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
         call = self._open.pop(run_id, None)
         if call is not None:
-            worst = ModelUsage(call.prompt_tokens, call.max_tokens)  # nothing was reported
-            await self._at_home(call.consume(_usage(response) or worst))
+            # Nothing reported: the call may have used all it was allowed.
+            await self._at_home(call.consume(_usage(response) or call.worst_case))
 
     async def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
         call = self._open.pop(run_id, None)

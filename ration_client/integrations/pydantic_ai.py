@@ -24,7 +24,7 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 
 from ration_client.errors import RationError
-from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal
+from ration_client.integrations.core import BudgetGuard, BudgetRefusal, GuardedCall, Refusal
 from ration_client.integrations.shared import count_tool_call, refusals_as
 from ration_client.integrations.tokens import count_openai_messages
 from ration_client.prices import ModelUsage
@@ -32,14 +32,13 @@ from ration_client.prices import ModelUsage
 __all__ = ["BudgetGuard", "BudgetRefused", "BudgetedModel"]
 
 
-class BudgetRefused(UsageLimitExceeded):
+class BudgetRefused(BudgetRefusal, UsageLimitExceeded):
     """The ration budget refused a model request or a tool call: `.kind` says how, `.refusal`
     is the service's error with its details."""
 
     def __init__(self, refusal: RationError, kind: Refusal) -> None:
         super().__init__(str(refusal))
-        self.refusal = refusal
-        self.kind = kind
+        self._set_refusal(refusal, kind)
 
 
 def _chat_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
