@@ -46,9 +46,13 @@ class BudgetRefused(BudgetRefusal, LangChainException):
         self._set_refusal(refusal, kind)
 
 
+_ROLES = {"human": "user", "ai": "assistant"}  # LangChain's message types as chat roles
+
+
 def _as_dict(message: BaseMessage) -> dict[str, Any]:
     """What the provider receives of a message, for counting its tokens."""
-    fields: dict[str, Any] = {"role": message.type, "content": message.content}
+    role = _ROLES.get(message.type, message.type)
+    fields: dict[str, Any] = {"role": role, "content": message.content}
     if getattr(message, "tool_calls", None):
         fields["tool_calls"] = message.tool_calls  # type: ignore[attr-defined]
     return fields

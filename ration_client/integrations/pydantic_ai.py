@@ -41,12 +41,27 @@ class BudgetRefused(BudgetRefusal, UsageLimitExceeded):
         self._set_refusal(refusal, kind)
 
 
+# The chat role each message part is sent as (what the provider frames and bills).
+_ROLES = {
+    "system-prompt": "system",
+    "user-prompt": "user",
+    "retry-prompt": "user",
+    "tool-return": "tool",
+    "text": "assistant",
+    "tool-call": "assistant",
+}
+
+
 def _chat_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
-    """The texts each message part sends (content, tool names and arguments), for counting."""
+    """The messages as the provider receives them (instructions first, then each part's
+    content, tool name and arguments), for counting their tokens."""
     chat: list[dict[str, Any]] = []
     for message in messages:
+        instructions = getattr(message, "instructions", None)
+        if instructions:
+            chat.insert(0, {"role": "system", "content": instructions})
         for part in message.parts:
-            fields: dict[str, Any] = {"role": part.part_kind}
+            fields: dict[str, Any] = {"role": _ROLES.get(part.part_kind, part.part_kind)}
             for name in ("content", "tool_name", "args"):
                 value = getattr(part, name, None)
                 if value is not None:

@@ -180,3 +180,29 @@ async def test_the_responses_api_model_is_budgeted_too(
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert (tokens.consumed, tokens.held) == (fake_llm.billed_tokens, 0)
     assert fake_llm.requests == 1
+
+
+async def test_turns_stop_at_exactly_the_token_limit_under_up_to(
+    budget: BudgetClient, fake_llm: FakeLLM
+) -> None:
+    """Prompts counted as the provider bills them and the last grant capped to what is left:
+    the run ends with every token of its limit consumed, none held, none over."""
+    run_id = f"agents-{uuid.uuid4().hex[:8]}"
+    await budget.open_run(run_id, project_id="p", policy=Policy(max_tokens=1_000))
+    guard = BudgetGuard(budget, run_id, mode=ReserveMode.UP_TO, default_max_tokens=200)
+    fake_llm.reply_tokens = 1_000  # every reply as long as its max tokens allow
+    client = AsyncOpenAI(base_url=fake_llm.openai_url, api_key="test-key", max_retries=0)
+    agent = Agent(name="turns", model=BudgetedModel(OpenAIResponsesModel(MODEL, client), guard))
+    turns = 0
+    refusal: BudgetRefused | None = None
+    while refusal is None and turns < 100:
+        try:
+            await Runner.run(agent, f"turn {turns}")
+        except BudgetRefused as refused:
+            refusal = refused
+        turns += 1
+    assert refusal is not None
+    assert refusal.kind is Refusal.EXHAUSTED
+    tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
+    assert (tokens.consumed, tokens.held) == (1_000, 0)
+    assert tokens.consumed == fake_llm.billed_tokens

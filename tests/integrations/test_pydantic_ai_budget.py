@@ -22,6 +22,7 @@ from ration_client import (
 )
 from ration_client.integrations import Refusal
 from ration_client.integrations.pydantic_ai import BudgetedModel, BudgetGuard, BudgetRefused
+from tests.support.fake_llm import FakeLLM
 from tests.support.fake_openai import (
     FakeOpenAI,
     FakeOpenAIServer,
@@ -129,3 +130,29 @@ async def test_cancelling_a_stream_mid_way_releases_its_hold(budget: BudgetClien
     assert fake.requests[0]["stream"] is True
     tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
     assert (tokens.held, tokens.consumed) == (0, 0)
+
+
+async def test_turns_stop_at_exactly_the_token_limit_under_up_to(
+    budget: BudgetClient, fake_llm: FakeLLM
+) -> None:
+    """Prompts counted as the provider bills them and the last grant capped to what is left:
+    the run ends with every token of its limit consumed, none held, none over."""
+    run_id = f"pai-{uuid.uuid4().hex[:8]}"
+    await budget.open_run(run_id, project_id="p", policy=Policy(max_tokens=1_000))
+    guard = BudgetGuard(budget, run_id, mode=ReserveMode.UP_TO, default_max_tokens=200)
+    fake_llm.reply_tokens = 1_000  # every reply as long as its max tokens allow
+    provider = OpenAIProvider(base_url=fake_llm.openai_url, api_key="test-key")
+    agent = Agent(BudgetedModel(OpenAIChatModel(MODEL, provider=provider), guard))
+    turns = 0
+    refusal: BudgetRefused | None = None
+    while refusal is None and turns < 100:
+        try:
+            await agent.run(f"turn {turns}")
+        except BudgetRefused as refused:
+            refusal = refused
+        turns += 1
+    assert refusal is not None
+    assert refusal.kind is Refusal.EXHAUSTED
+    tokens = (await budget.get_run(run_id)).status(Dimension.TOKENS)
+    assert (tokens.consumed, tokens.held) == (1_000, 0)
+    assert tokens.consumed == fake_llm.billed_tokens
