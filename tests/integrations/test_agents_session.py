@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
-from agents.memory import Session
+from agents.memory import Session, SessionSettings
 from openai import AsyncOpenAI
 
 from ration_client import MemoryClient, TokenCounter
@@ -95,3 +95,12 @@ async def test_a_runner_keeps_its_history_in_the_session(memory: MemoryClient) -
     assert said == ["first question", "second question"]
     second_prompt = [m["content"] for m in fake.requests[1]["messages"] if m["role"] == "user"]
     assert second_prompt == ["first question", "second question"]
+
+
+async def test_session_settings_limit_applies_when_no_limit_is_passed(
+    memory: MemoryClient,
+) -> None:
+    session = session_of(memory, session_settings=SessionSettings(limit=1))
+    await session.add_items([message("user", "old"), message("user", "new")])
+    assert await session.get_items() == [message("user", "new")]
+    assert len(await session.get_items(limit=5)) == 2
