@@ -77,13 +77,27 @@ def _add(a: Amounts, b: Amounts, sign: int = 1) -> Amounts:
 
 
 def _fits(used: Amounts, more: Amounts, allowance: Amounts) -> bool:
-    return all(getattr(used, f) + getattr(more, f) <= getattr(allowance, f) for f in _FIELDS)
+    """Within every dimension the allowance bounds (0: that dimension is not bounded)."""
+    return all(
+        getattr(used, f) + getattr(more, f) <= getattr(allowance, f)
+        for f in _FIELDS
+        if getattr(allowance, f)
+    )
 
 
 class FailOpen:
-    """The fail-open policy of one client: its allowance, its journal and its counters."""
+    """The fail-open policy of one client: its allowance, its journal and its counters.
+
+    `per_run` and `per_process` bound each dimension they set (e.g. `Amounts(tokens=20_000,
+    cost_nanos=usd("0.50"))`); a dimension left at 0 is not bounded locally, and each must bound
+    at least one."""
 
     def __init__(self, journal: str | Path, *, per_run: Amounts, per_process: Amounts) -> None:
+        for name, allowance in (("per_run", per_run), ("per_process", per_process)):
+            if not any(getattr(allowance, f) for f in _FIELDS):
+                raise ValueError(f"{name} must bound at least one dimension")
+            if any(getattr(allowance, f) < 0 for f in _FIELDS):
+                raise ValueError(f"{name} amounts must be >= 0")
         self.path = Path(journal)
         self.per_run = per_run
         self.per_process = per_process
@@ -131,8 +145,11 @@ class FailOpen:
     def _append(self, record: dict[str, object]) -> None:
         line = json.dumps(record, separators=(",", ":"), sort_keys=True) + "\n"
         with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = "\n" + line  # a crash cut the last line short: start a new one
                 os.write(fd, line.encode())
                 os.fsync(fd)
             finally:

@@ -7,8 +7,8 @@ from pathlib import Path
 import tiktoken
 
 from memory_service.domain.token_counters import TokenCounter
+from servicekit import encodings
 from servicekit.encodings import (
-    ENCODINGS,
     EncodingSpec,
     TokenizerUnavailable,
     build_encoding,
@@ -25,6 +25,13 @@ __all__ = [
     "load_ranks",
     "packaged_data_dir",
 ]
+
+# The pinned encodings by the unit they count in (every TokenCounter but CHARS).
+ENCODINGS: dict[TokenCounter, EncodingSpec] = {
+    unit: encodings.ENCODINGS[unit.value]
+    for unit in TokenCounter
+    if unit.value in encodings.ENCODINGS
+}
 
 
 class Tokenizer:
@@ -46,8 +53,7 @@ class Tokenizer:
         naming the file (and the expected and actual hash) when anything is off.
         """
         directory = packaged_data_dir() if data_dir is None else data_dir
-        units = [unit for unit in TokenCounter if unit.value in ENCODINGS]
-        return cls({unit: build_encoding(unit.value, directory) for unit in units})
+        return cls({unit: build_encoding(unit.value, directory) for unit in ENCODINGS})
 
     def count(self, unit: TokenCounter, text: str) -> int:
         if unit is TokenCounter.CHARS:

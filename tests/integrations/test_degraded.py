@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from ration_client import Amounts, BudgetClient, BudgetPolicy, Dimension, Unavailable
-from ration_client.degraded import FailOpen, FailOpenRefused
+from ration_client.degraded import FailOpen, FailOpenRefused, JournalEntry
 from ration_client.integrations import BudgetGuard, PriceCatalog
 from ration_client.integrations.openai import budgeted
 from tests.integrations.ledger import assert_ledger_is_the_bill
@@ -137,3 +137,32 @@ async def test_fail_closed_is_the_default(start_server: StartServer) -> None:
             async with client.call("r", model=MODEL, estimate=Amounts(tokens=1)):
                 pass
         assert not isinstance(refused.value, FailOpenRefused)
+
+
+def test_fail_open_needs_its_allowance_and_journal(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="fail_open"):
+        BudgetClient("127.0.0.1:1", on_unavailable="fail_open")
+    with pytest.raises(ValueError, match="fail_closed"):
+        BudgetClient("127.0.0.1:1", on_unavailable="fail_sideways")
+    allowance = Amounts(tokens=1)
+    policy = FailOpen(tmp_path / "j", per_run=allowance, per_process=allowance)
+    with pytest.raises(ValueError, match="fail_open"):
+        BudgetClient("127.0.0.1:1", fail_open=policy)
+    with pytest.raises(ValueError, match="per_process must bound"):
+        FailOpen(tmp_path / "j", per_run=allowance, per_process=Amounts())
+
+
+def test_a_journal_line_cut_short_by_a_crash_is_not_replayed(tmp_path: Path) -> None:
+    journal = tmp_path / "j"
+    allowance = Amounts(tokens=100)
+    policy = FailOpen(journal, per_run=allowance, per_process=allowance)
+    entry = JournalEntry("0190a000-0000-7000-8000-000000000001", "r", MODEL, Amounts(tokens=7))
+    policy.journal(entry)
+    with journal.open("a") as cut:
+        cut.write('{"kind":"consume","request_id":"0190a0')
+    reopened = FailOpen(journal, per_run=allowance, per_process=allowance)
+    assert reopened.pending() == [entry]
+    assert reopened.waiting == 1
+    after = JournalEntry("0190a000-0000-7000-8000-000000000002", "r", MODEL, Amounts(tokens=3))
+    reopened.journal(after)  # on a line of its own, after the cut one
+    assert reopened.pending() == [entry, after]

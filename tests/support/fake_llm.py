@@ -146,9 +146,12 @@ class FakeLLM:
     async def _sse(self, request: web.Request, events: AsyncIterator[str]) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
-        async for event in events:
-            await response.write(event.encode())
-        await response.write_eof()
+        try:
+            async for event in events:
+                await response.write(event.encode())
+            await response.write_eof()
+        except ConnectionResetError:  # the client went away mid-stream (a cancelled reader)
+            pass
         return response
 
     async def _maybe_stall(self, index: int) -> None:

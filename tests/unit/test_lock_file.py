@@ -6,6 +6,7 @@ import re
 import tomllib
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 # Installed by venv/pip themselves, or the project under test: not dependencies to pin.
@@ -38,9 +39,24 @@ def test_every_installed_distribution_is_the_locked_version() -> None:
     assert drift == {}, "installed (version, locked) differ; run make lock or make venv"
 
 
+def _declared(project: dict[str, Any]) -> list[str]:
+    """The base dependencies and the dev extra's, with the extras dev names of the project
+    itself (`ration[openai,...]`) expanded."""
+    extras = project["optional-dependencies"]
+    declared = list(project["dependencies"])
+    for spec in extras["dev"]:
+        own = re.fullmatch(r"ration\[([a-z0-9_,-]+)\]", spec)
+        if own is None:
+            declared.append(spec)
+        else:
+            for extra in own.group(1).split(","):
+                declared.extend(extras[extra])
+    return declared
+
+
 def test_every_declared_dependency_is_locked() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    declared = list(project["dependencies"]) + list(project["optional-dependencies"]["dev"])
+    declared = _declared(project)
     names = {_normalise(re.split(r"[<>=!~\[; ]", spec, maxsplit=1)[0]) for spec in declared}
     missing = names - set(_locked())
     assert missing == set(), f"pyproject dependencies missing from requirements.lock: {missing}"
