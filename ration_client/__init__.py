@@ -1,7 +1,9 @@
 """Async Python client for ration: budgets around model calls, budgeted memory reads.
 
-The budget client returns typed views (`ration_client.views`): Decimal USD for cost, None for
-unbounded limits, enum members; `BudgetPolicy` and `ModelPatterns` are the protobuf inputs."""
+Both clients return typed views (`ration_client.views`, `ration_client.memory_views`): Decimal
+USD for cost, None for unbounded limits and absent timestamps, enum members; `BudgetPolicy` and
+`ModelPatterns` are the protobuf inputs the budget client also accepts. Framework integrations
+live in `ration_client.integrations` and import their framework only when imported."""
 
 from ration.budget.v1.budget_pb2 import BudgetPolicy, ModelPatterns
 from ration_client.budget import BudgetClient
@@ -31,7 +33,32 @@ from ration_client.errors import (
     Unavailable,
 )
 from ration_client.holds import Hold, Prices, Reservation
-from ration_client.memory import EntryInput, MemoryClient
+from ration_client.memory import MemoryClient
+from ration_client.memory_views import (
+    Capacity,
+    CapacityBudget,
+    CapacityDimension,
+    Change,
+    ChangeOp,
+    Citation,
+    Compaction,
+    EntryInput,
+    EntrySizes,
+    EntryState,
+    EntryVersion,
+    MemoryCapabilities,
+    MemoryItem,
+    MemoryList,
+    Rank,
+    Revision,
+    RevisionOperation,
+    SearchHit,
+    SearchMode,
+    SearchResult,
+    StoppedBy,
+    TokenCounter,
+    WriteResult,
+)
 from ration_client.views import (
     Amounts,
     Capabilities,
@@ -74,9 +101,16 @@ __all__ = [
     "BudgetHeld",
     "BudgetPolicy",
     "Capabilities",
+    "Capacity",
+    "CapacityBudget",
+    "CapacityDimension",
     "CapacityExceeded",
+    "Change",
+    "ChangeOp",
     "CheckResult",
+    "Citation",
     "CloseResult",
+    "Compaction",
     "CompactionDisabled",
     "ConsumeResult",
     "Dimension",
@@ -84,10 +118,16 @@ __all__ = [
     "EffectiveBudget",
     "Enforcement",
     "EntryInput",
+    "EntrySizes",
+    "EntryState",
+    "EntryVersion",
     "HistoryWindowExceeded",
     "Hold",
     "InvalidRequest",
+    "MemoryCapabilities",
     "MemoryClient",
+    "MemoryItem",
+    "MemoryList",
     "ModelDenied",
     "ModelPatterns",
     "ModelVerdict",
@@ -97,6 +137,7 @@ __all__ = [
     "Policy",
     "PoolBalance",
     "Prices",
+    "Rank",
     "RationError",
     "RelevanceUnavailable",
     "Reservation",
@@ -105,7 +146,9 @@ __all__ = [
     "ReservationState",
     "ReserveMode",
     "ReserveResult",
+    "Revision",
     "RevisionConflict",
+    "RevisionOperation",
     "Run",
     "RunClosed",
     "RunEvent",
@@ -120,15 +163,21 @@ __all__ = [
     "ScopeBudget",
     "ScopeBudgetKind",
     "ScopeBudgetPage",
+    "SearchHit",
+    "SearchMode",
+    "SearchResult",
     "SpendGroupBy",
     "SpendPage",
     "SpendRow",
+    "StoppedBy",
     "StoreBusy",
     "TenantBusy",
     "TenantEvent",
+    "TokenCounter",
     "TooManyStreams",
     "Unauthenticated",
     "Unavailable",
     "Window",
+    "WriteResult",
     "usd",
 ]

@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ration.memory.v1 import memory_pb2
 from ration_client import (
     Amounts,
     BudgetClient,
@@ -17,6 +16,7 @@ from ration_client import (
     Dimension,
     MemoryClient,
     ModelPatterns,
+    StoppedBy,
     usd,
 )
 from ration_client.views import nanos_to_usd
@@ -111,7 +111,7 @@ async def run_demo(
             say(
                 f"turn {turn}: memory {len(listed.entries)}/{listed.candidate_count} entries, "
                 f"{listed.total_tokens} tokens (budget 60, stopped by "
-                f"{'budget' if listed.stopped_by == memory_pb2.STOPPED_BY_BUDGET else 'nothing'})"
+                f"{'budget' if listed.stopped_by is StoppedBy.BUDGET else 'nothing'})"
             )
             prompt = "\n".join(item.content for item in listed.entries)
             try:

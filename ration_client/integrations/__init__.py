@@ -5,6 +5,9 @@
 - `tokens`: prompt tokens counted locally with tiktoken.
 - `openai`, `anthropic`, `litellm`: the SDK integrations (`ration[openai]`, `ration[anthropic]`,
   `ration[litellm]`); importing this package imports none of them.
+- `agents` (`ration[agents]`): OpenAI Agents SDK model wrapper, tool-call hooks, memory `Session`.
+- `langgraph` (`ration[langgraph]`): LangChain callback handler and a LangGraph `BaseStore` on
+  ration memory. `pydantic_ai` (`ration[pydantic-ai]`): a budgeted `WrapperModel`.
 """
 
 from ration_client.integrations.core import BudgetGuard, GuardedCall, Refusal, refusal_of

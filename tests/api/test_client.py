@@ -136,7 +136,7 @@ async def test_forget_redacts_the_run_secrets_from_its_reason(start_server: Star
         forgot = await memory.forget(
             "agent/2", [written.entry_id], reason=f"leaked {secret}", secrets={"run": secret}
         )
-    assert forgot.result.changes[0].reason == "leaked [REDACTED:run]"
+    assert forgot.changes[0].reason == "leaked [REDACTED:run]"
 
 
 def rpc_error(reason: str, code: grpc.StatusCode) -> grpc.aio.AioRpcError:

@@ -80,7 +80,7 @@ async def test_a_small_write_of_one_tenant_is_not_stalled_by_another_tenants_flo
         finished.append("b")
         outcomes = await asyncio.gather(*floods, return_exceptions=True)
 
-    assert reply.result.revision == 1
+    assert reply.revision == 1
     assert reply.entries[0].sizes.chars == 15
     # B waited for at most the one preparation that was running when it arrived, not for A's
     # queue: every other append of A already in the server then completed after B.

@@ -18,6 +18,7 @@ import grpc
 import pytest
 
 from ration.memory.v1 import memory_pb2
+from ration_client import Rank, SearchMode, StoppedBy
 from ration_client.errors import RationError
 from ration_client.memory import MemoryClient
 from servicekit.auth import digest
@@ -71,30 +72,30 @@ async def _writes_and_reads(client: MemoryClient, memory: Memory) -> None:
         ],
         secrets={"deploy": SECRET},
     )
-    assert appended.result.revision == 1, appended
+    assert appended.revision == 1, appended
     stored = [e.content for e in appended.entries]
     assert SECRET not in " ".join(stored), stored
     assert stored[0] == "the deploy key is [REDACTED:deploy], keep it safe", stored
-    assert {r.name: r.count for r in appended.redactions} == {"deploy": 1}, appended.redactions
+    assert appended.redactions == {"deploy": 1}, appended.redactions
     ids = [e.entry_id for e in appended.entries]
 
     everything = await client.list(ref, token_budget=10_000)
     assert everything.revision == 1
     assert {e.entry_id for e in everything.entries} == set(ids), everything
-    assert everything.stopped_by == memory_pb2.STOPPED_BY_NONE
+    assert everything.stopped_by is StoppedBy.NONE
     assert SECRET not in str(everything)
     smallest = min(e.size for e in everything.entries)
     tight = await client.list(ref, token_budget=smallest)
     assert len(tight.entries) <= 1, tight
-    assert tight.stopped_by == memory_pb2.STOPPED_BY_BUDGET, tight
+    assert tight.stopped_by is StoppedBy.BUDGET, tight
     assert tight.total_tokens <= smallest
     tagged = await client.list(ref, tag="birds")
     assert [e.entry_id for e in tagged.entries] == [ids[1]], tagged
-    relevant = await client.list(ref, rank=memory_pb2.RANK_RELEVANCE, query="pelicans nest")
+    relevant = await client.list(ref, rank=Rank.RELEVANCE, query="pelicans nest")
     assert relevant.entries[0].entry_id == ids[1], relevant
     found = await client.search(ref, "where do pelicans nest", limit=3)
     assert found.hits[0].entry.entry_id == ids[1], found
-    filtered = await client.search(ref, "", mode=memory_pb2.SEARCH_MODE_FILTER)
+    filtered = await client.search(ref, "", mode=SearchMode.FILTER)
     assert {h.entry.entry_id for h in filtered.hits} == set(ids), filtered
 
     version = await memory.version(appended.entries[0].entry_version_id)
@@ -102,8 +103,8 @@ async def _writes_and_reads(client: MemoryClient, memory: Memory) -> None:
     revised = await memory.revise(ids[2], "the release train leaves on fridays", reason="moved")
     assert (revised.result.revision, revised.entry.version) == (2, 2), revised
     forgot = await client.forget(ref, [ids[0]], reason=f"rotated {SECRET}", secrets={"d": SECRET})
-    assert forgot.result.revision == 3, forgot
-    assert [c.reason for c in forgot.result.changes] == ["rotated [REDACTED:d]"], forgot
+    assert forgot.revision == 3, forgot
+    assert [c.reason for c in forgot.changes] == ["rotated [REDACTED:d]"], forgot
     after = await client.list(ref)
     assert {e.entry_id for e in after.entries} == {ids[1], ids[2]}, after
     reactivated = await memory.reactivate(ids[0])
@@ -165,7 +166,7 @@ async def _compaction(client: MemoryClient, memory: Memory) -> None:
 
 async def _capacity_refusal(client: MemoryClient, ref: str) -> None:
     first = await client.append(ref, ["entry 0"])
-    budget = first.result.capacity.budget.max_active_entries
+    budget = first.capacity.budget.max_active_entries
     assert budget <= 100, f"start the service with {SERVICE_ENV} (max active {budget})"
     await client.append(ref, [f"entry {i}" for i in range(1, budget)])
     with pytest.raises(RationError) as refused:
@@ -190,12 +191,12 @@ async def _replays(client: MemoryClient, ref: str) -> None:
         *(client.append(ref, ["raced"], request_id=rid) for _ in range(CONCURRENT))
     )
     assert all(t == twins[0] for t in twins), twins
-    assert twins[0].result.revision == 2, twins[0]
+    assert twins[0].revision == 2, twins[0]
     forgets = await asyncio.gather(
         *(client.forget(ref, [first.entries[0].entry_id], request_id=rid + "-f") for _ in range(4))
     )
     assert all(f == forgets[0] for f in forgets), forgets
-    assert forgets[0].result.revision == 3, forgets[0]
+    assert forgets[0].revision == 3, forgets[0]
     assert (await client.capacity(ref)).revision == 3
 
 
@@ -204,7 +205,7 @@ async def _concurrent_writers(client: MemoryClient, memory: Memory) -> None:
     results = await asyncio.gather(
         *(client.append(memory.ref, [f"writer {i}"]) for i in range(CONCURRENT))
     )
-    assert sorted(r.result.revision for r in results) == list(range(1, CONCURRENT + 1))
+    assert sorted(r.revision for r in results) == list(range(1, CONCURRENT + 1))
     listed = await client.list(memory.ref)
     assert (len(listed.entries), listed.revision) == (CONCURRENT, CONCURRENT), listed
 
@@ -218,7 +219,7 @@ async def _isolation(client: MemoryClient, other: MemoryClient, ref: str) -> Non
         await other.capacity(ref)
     assert hidden.value.reason == "MEMORY_NOT_FOUND", hidden.value
     theirs = await other.append(ref, ["the other tenant's own"])
-    assert theirs.result.revision == 1, theirs
+    assert theirs.revision == 1, theirs
     assert theirs.entries[0].entry_id != mine.entries[0].entry_id
     listed = await client.list(ref)
     assert [e.content for e in listed.entries] == ["only for my tenant"], listed

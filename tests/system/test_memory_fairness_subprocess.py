@@ -33,7 +33,7 @@ async def probe(address: str) -> tuple[list[int], int]:
         await asyncio.sleep(0)  # A's appends are on their way first
         small = await b.append("b/notes", ["fifteen bytes!!"])
         replies = await asyncio.gather(*floods)
-    return [r.result.revision for r in replies], small.result.revision
+    return [r.revision for r in replies], small.revision
 
 
 def test_a_tenants_small_append_is_answered_within_the_default_deadline_during_a_flood(
