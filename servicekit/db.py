@@ -1,11 +1,13 @@
 """The asyncpg pool and the one way to run a transaction, failing closed as STORE_UNAVAILABLE.
 
 Two reasons, never confused: STORE_UNAVAILABLE means Postgres is unreachable (a connection
-failed) or a statement timed out; STORE_BUSY means Postgres is fine but every pooled connection
-stayed in use for as long as the call's deadline allows (or serialization conflicts kept
-aborting the transaction). A full pool is waited on, not refused: within the current RPC's
-deadline (servicekit.cpu.current_deadline), keeping a share of it for the work itself, or for
-the acquire timeout when the call has no deadline (background work, probes).
+was refused or failed) or a statement timed out; STORE_BUSY means Postgres did not refuse but
+this call could not get to it in time: every pooled connection stayed in use, or opening a new
+one (slow on a CPU-starved host) took, for as long as the call's deadline allows (or
+serialization conflicts kept aborting the transaction). Both are waited on, not refused: within
+the current RPC's deadline (servicekit.cpu.current_deadline), keeping a share of it for the
+work itself, or for the acquire timeout when the call has no deadline (background work,
+probes).
 """
 
 from __future__ import annotations
@@ -111,8 +113,9 @@ class Database:
         self.settings = settings
         self._pool: asyncpg.Pool | None = None
         # One slot per pooled connection, taken before asking the pool: waiting for a slot is
-        # waiting for a busy pool (STORE_BUSY); once a slot is held the pool has a free
-        # connection, so a slow acquire after it is Postgres not answering (STORE_UNAVAILABLE).
+        # waiting for a busy pool; once a slot is held the pool has a free connection or opens
+        # one. Either wait past what the deadline allows is STORE_BUSY; a refused or failed
+        # connection is STORE_UNAVAILABLE.
         self._slots = asyncio.Semaphore(settings.pool_max)
 
     @property
@@ -138,6 +141,9 @@ class Database:
             init=_learn_array_types,
             server_settings={
                 "statement_timeout": str(self.settings.statement_timeout_ms),
+                "idle_in_transaction_session_timeout": str(
+                    self.settings.idle_in_transaction_timeout_ms
+                ),
                 "application_name": "ration",
                 "timezone": "UTC",
             },
@@ -189,15 +195,21 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection: STORE_BUSY when none frees up in time (see the module
-        docstring); a connection that takes longer than the acquire timeout to open times out
-        (asyncio.TimeoutError, mapped to STORE_UNAVAILABLE). asyncio.timeout instead of
+        """A pooled connection: STORE_BUSY when none frees up, or a new one does not open,
+        within what the call's deadline allows (see the module docstring); a refused
+        connection raises OSError (mapped to STORE_UNAVAILABLE). asyncio.timeout instead of
         asyncpg's own acquire timeout, which spawns a task per acquire."""
         pool = self.pool
         await self._take_slot()
         try:
-            async with asyncio.timeout(self.settings.acquire_timeout_seconds):
+            async with asyncio.timeout(max(self._wait_seconds(), MIN_WORK_SECONDS)):
                 conn = await pool.acquire()
+        except TimeoutError:  # also asyncpg's own connect timeout: nothing refused us
+            self._slots.release()
+            raise store_busy(
+                "opening a database connection took longer than this call's deadline allows;"
+                " nothing was done, retry"
+            ) from None
         except BaseException:
             self._slots.release()
             raise

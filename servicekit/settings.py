@@ -138,6 +138,9 @@ class DatabaseSettings:
     migrate_url: str | None = None
     # Serve even when the role bypasses row-level security (servicekit/dbrole.py).
     allow_privileged_role: bool = False
+    # Postgres ends a session of ours left idle inside a transaction this long (0: never), so
+    # a stuck caller cannot hold row locks, or every tenant stream's horizon, for ever.
+    idle_in_transaction_timeout_ms: int = 10_000
 
     @classmethod
     def from_env(cls, env: Env) -> DatabaseSettings:
@@ -158,6 +161,9 @@ class DatabaseSettings:
             migrate_on_start=env.flag("RATION_MIGRATE_ON_START", True),
             migrate_url=env.optional_text("RATION_MIGRATE_DATABASE_URL"),
             allow_privileged_role=env.flag("RATION_ALLOW_PRIVILEGED_DB_ROLE", False),
+            idle_in_transaction_timeout_ms=env.integer(
+                "RATION_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 10_000, minimum=0
+            ),
         )
 
 
