@@ -27,7 +27,18 @@ from servicekit.migrations import MigrationSet
 from servicekit.server import AppFactory, ServiceApp
 
 NAME = "budget"
-MIGRATIONS = MigrationSet("budget", "budget_service.store.migrations")
+# 0006 and 0010 were edited after they landed on main (772a3ac, a79d752): a database that
+# applied their first texts is valid, because the function files re-create what they defined
+# (the edits changed decide_v1 only).
+MIGRATIONS = MigrationSet(
+    "budget",
+    "budget_service.store.migrations",
+    rewritten={
+        6: frozenset({"9c31eb38aa9ea29fec35d0d26a875d0fa79bc987b4870db495a3f72e5841f008"}),
+        10: frozenset({"d57c1e845209651467e8892f265d594610d3d51719d38e23f378141f6caba95d"}),
+    },
+    functions_package="budget_service.store.functions",
+)
 # An idle tenant stream reads again after this, then doubling up to its configured longest.
 TENANT_STREAM_FIRST_POLL_SECONDS = 0.02
 

@@ -44,6 +44,7 @@ MIGRATIONS = MigrationSet(
     "memory",
     "memory_service.store.migrations",
     rewritten={3: frozenset({"4adf707961d0842178661837012c0971a8ce2459cd5908ffbe3c413a093c5126"})},
+    functions_package="memory_service.store.functions",
 )
 REQUEST_RETENTION_HOURS = 24
 REQUEST_SWEEP_SECONDS = 3600.0

@@ -1,4 +1,5 @@
-"""Forward-only numbered SQL migrations per service schema, applied once under an advisory lock."""
+"""Forward-only numbered SQL migrations per service schema, applied once under an advisory
+lock, then the schema's stored functions, re-applied from their source files when changed."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ import sqlparse
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_FUNCTION_FILE = re.compile(r"^([a-z0-9_]+)\.sql$")
 # One lock for every migration of every service: replicas starting together queue behind it.
 LOCK_KEY = 0x7261_7469_6F6E  # "ration"
 
 _LEDGER = """
-CREATE TABLE IF NOT EXISTS public.ration_migrations (
+CREATE TABLE public.ration_migrations (
     schema_name text NOT NULL,
     version integer NOT NULL,
     name text NOT NULL,
@@ -28,6 +30,28 @@ CREATE TABLE IF NOT EXISTS public.ration_migrations (
     PRIMARY KEY (schema_name, version)
 )
 """
+
+# The function files applied, by the checksum of the text that was applied.
+_FUNCTION_LEDGER = """
+CREATE TABLE public.ration_functions (
+    schema_name text NOT NULL,
+    name text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schema_name, name)
+)
+"""
+
+
+def _split(sql: str) -> list[str]:
+    """The statements of a file, sent one at a time: Citus propagates some DDL to the workers
+    by the text of the query that carried it, which must then be that one statement and not
+    the rest of the file."""
+    return [s for s in sqlparse.split(sql) if s.strip()]
+
+
+def _checksum(sql: str) -> str:
+    return hashlib.sha256(sql.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -38,25 +62,43 @@ class Migration:
 
     @property
     def statements(self) -> list[str]:
-        """The statements of the file, sent one at a time: Citus propagates some DDL to the
-        workers by the text of the query that carried it, which must then be that one
-        statement and not the rest of the file."""
-        return [s for s in sqlparse.split(self.sql) if s.strip()]
+        return _split(self.sql)
 
     @property
     def checksum(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()
+        return _checksum(self.sql)
+
+
+@dataclass(frozen=True)
+class FunctionSource:
+    """One stored function's current definition (`CREATE OR REPLACE FUNCTION`, and the grants
+    that go with it), kept as source code rather than as migration history."""
+
+    name: str
+    sql: str
+
+    @property
+    def statements(self) -> list[str]:
+        return _split(self.sql)
+
+    @property
+    def checksum(self) -> str:
+        return _checksum(self.sql)
 
 
 @dataclass(frozen=True)
 class MigrationSet:
-    """The migrations of one schema, read from `NNNN_name.sql` files in a package."""
+    """The migrations of one schema, read from `NNNN_name.sql` files in a package, and its
+    stored functions, read from `name.sql` files in another (the Flyway "repeatable
+    migration": applied after the numbered ones whenever a file's checksum changes)."""
 
     schema: str
     package: str
     # Checksums of earlier texts of a migration rewritten in place (version -> checksums): a
-    # database that applied one of them is valid, because a later migration converges both.
+    # database that applied one of them is valid, because a later migration or the function
+    # files converge both.
     rewritten: Mapping[int, frozenset[str]] = field(default_factory=dict)
+    functions_package: str | None = None
 
     def load(self) -> list[Migration]:
         found = []
@@ -70,8 +112,19 @@ class MigrationSet:
             raise RuntimeError(f"{self.package}: migrations must be numbered 1..n, got {versions}")
         return found
 
+    def load_functions(self) -> list[FunctionSource]:
+        if self.functions_package is None:
+            return []
+        found = []
+        for item in resources.files(self.functions_package).iterdir():
+            match = _FUNCTION_FILE.match(item.name)
+            if match:
+                found.append(FunctionSource(match[1], item.read_text(encoding="utf-8")))
+        return sorted(found, key=lambda f: f.name)
+
 
 Applied = dict[tuple[str, int], str]  # (schema, version) -> checksum
+AppliedFunctions = dict[tuple[str, str], str]  # (schema, file name) -> checksum
 
 
 class MigrationDrift(RuntimeError):
@@ -83,6 +136,13 @@ async def _applied(conn: asyncpg.Connection) -> Applied:
         return {}
     rows = await conn.fetch("SELECT schema_name, version, checksum FROM public.ration_migrations")
     return {(r["schema_name"], r["version"]): r["checksum"] for r in rows}
+
+
+async def _applied_functions(conn: asyncpg.Connection) -> AppliedFunctions:
+    if await conn.fetchval("SELECT to_regclass('public.ration_functions')") is None:
+        return {}
+    rows = await conn.fetch("SELECT schema_name, name, checksum FROM public.ration_functions")
+    return {(r["schema_name"], r["name"]): r["checksum"] for r in rows}
 
 
 def _todo(
@@ -105,22 +165,44 @@ def _todo(
     return todo
 
 
+def _functions_todo(
+    applied: AppliedFunctions, sets: list[MigrationSet]
+) -> list[tuple[str, FunctionSource]]:
+    """The function files new or changed since they were last applied."""
+    return [
+        (mset.schema, source)
+        for mset in sets
+        for source in mset.load_functions()
+        if applied.get((mset.schema, source.name)) != source.checksum
+    ]
+
+
 async def pending(conn: asyncpg.Connection, sets: list[MigrationSet]) -> list[str]:
-    """The migrations this database still lacks, read without any DDL or lock (so the
-    application role, which may not create anything, can check the schema version)."""
+    """The migrations and function files this database still lacks, read without any DDL or
+    lock (so the application role, which may not create anything, can check the schema)."""
     todo = _todo(await _applied(conn), sets)
-    return [f"{schema}/{m.version:04d}_{m.name}" for schema, m in todo]
+    functions = _functions_todo(await _applied_functions(conn), sets)
+    return [f"{schema}/{m.version:04d}_{m.name}" for schema, m in todo] + [
+        f"{schema}/functions/{f.name}" for schema, f in functions
+    ]
 
 
 async def migrate(conn: asyncpg.Connection, sets: list[MigrationSet]) -> list[str]:
-    """Applies pending migrations in one transaction per call; returns what it applied. With
-    nothing pending it only reads the ledger: no lock and no DDL, so any role can call it."""
+    """Applies pending migrations, then changed function files, in one transaction per call;
+    returns what it applied. With nothing pending it only reads the ledgers: no lock and no
+    DDL, so any role can call it."""
     if not await pending(conn, sets):
         return []
     applied_now: list[str] = []
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock($1)", LOCK_KEY)
-        await conn.execute(_LEDGER)
+        for table, ledger in (
+            ("ration_migrations", _LEDGER),
+            ("ration_functions", _FUNCTION_LEDGER),
+        ):
+            # Only when missing: CREATE ... IF NOT EXISTS still needs CREATE on schema public.
+            if await conn.fetchval("SELECT to_regclass($1)", f"public.{table}") is None:
+                await conn.execute(ledger)
         for schema, migration in _todo(await _applied(conn), sets):
             for statement in migration.statements:
                 await conn.execute(statement)
@@ -133,6 +215,36 @@ async def migrate(conn: asyncpg.Connection, sets: list[MigrationSet]) -> list[st
                 migration.checksum,
             )
             applied_now.append(f"{schema}/{migration.version:04d}_{migration.name}")
+        applied_now += await _apply_functions(conn, sets)
     for name in applied_now:
         log.info("migration applied", extra={"migration": name})
     return applied_now
+
+
+async def _apply_functions(conn: asyncpg.Connection, sets: list[MigrationSet]) -> list[str]:
+    """Re-creates every function whose file changed, after the migrations (which made the
+    tables and types they use). Bodies are not checked at CREATE, so one file may call a
+    function another file creates later; a wrong body fails when called, as any edit would."""
+    todo = _functions_todo(await _applied_functions(conn), sets)
+    if todo:
+        await conn.execute("SET LOCAL check_function_bodies = off")
+    for schema, source in todo:
+        for statement in source.statements:
+            await conn.execute(statement)
+        await conn.execute(
+            "INSERT INTO public.ration_functions (schema_name, name, checksum)"
+            " VALUES ($1, $2, $3) ON CONFLICT (schema_name, name)"
+            " DO UPDATE SET checksum = EXCLUDED.checksum, applied_at = EXCLUDED.applied_at",
+            schema,
+            source.name,
+            source.checksum,
+        )
+    for mset in sets:  # a file deleted with the migration that dropped its function
+        if mset.functions_package is not None:
+            await conn.execute(
+                "DELETE FROM public.ration_functions"
+                " WHERE schema_name = $1 AND NOT name = ANY($2::text[])",
+                mset.schema,
+                [f.name for f in mset.load_functions()],
+            )
+    return [f"{schema}/functions/{source.name}" for schema, source in todo]

@@ -96,7 +96,8 @@ def test_two_replicas_started_together_migrate_exactly_once(empty_database_url: 
             assert proc.stop() == 0
     logs = "".join(proc.stderr_tail() for proc in procs)
     files = sorted((ROOT / "budget_service" / "store" / "migrations").glob("*.sql"))
-    assert logs.count('"msg": "migration applied"') == len(files)
+    functions = sorted((ROOT / "budget_service" / "store" / "functions").glob("*.sql"))
+    assert logs.count('"msg": "migration applied"') == len(files) + len(functions)
 
     async def ledger() -> list[tuple[str, int]]:
         conn = await asyncpg.connect(empty_database_url)
