@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import cast
@@ -21,6 +22,7 @@ from ration.budget.v1 import budget_pb2 as pb
 from ration_client import Amounts, BudgetClient, Policy, RunEventType
 from tests.support.budget import Budget
 from tests.support.errors import rpc_error
+from tests.support.postgres import admin, with_database
 from tests.support.servers import StartServer
 
 READ_TIMEOUT = 20  # a bound on a hang, not a speed assertion
@@ -399,3 +401,34 @@ async def served(budget: Budget) -> grpc.aio.UnaryStreamCall:
             continue
         assert first is not grpc.aio.EOF
         return stream
+
+
+@pytest.fixture
+async def busy_elsewhere(pg_server_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A write transaction left open in another database of the same server (until the test
+    ends): another application's long batch job."""
+    name = f"ration_other_{uuid.uuid4().hex[:12]}"
+    await admin(pg_server_url, f'CREATE DATABASE "{name}"')
+    conn = await asyncpg.connect(with_database(pg_server_url, name))
+    try:
+        await conn.execute("BEGIN")
+        await conn.execute("CREATE TABLE batch (x integer)")  # it has a transaction id now
+        yield conn
+    finally:
+        await conn.execute("ROLLBACK")
+        await conn.close()
+        await admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def test_a_long_transaction_in_another_database_does_not_hold_the_stream(
+    budget_channel: grpc.aio.Channel, busy_elsewhere: asyncpg.Connection
+) -> None:
+    """The other transaction is older than the event and stays open while the stream reads
+    (seconds, or for ever): the event still arrives."""
+    budget = Budget(budget_channel)
+    await budget.open_run("r")
+    stream = watch(budget)
+    [reply] = await asyncio.wait_for(read(stream, 1), 10)
+    stream.cancel()
+    assert (reply.event.run_id, reply.event.seq) == ("r", 1)
+    assert await busy_elsewhere.fetchval("SELECT count(*) FROM batch") == 0  # still open
