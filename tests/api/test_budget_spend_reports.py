@@ -117,9 +117,27 @@ async def make_consumes(budget: BudgetClient, rng: random.Random, count: int) ->
     return made
 
 
+# The spend rollups of a ledger whose times the test rewrote: summed again from it, as the
+# migration that introduced them did (a Consume keeps them in step by itself).
+ROLLUPS_AGAIN = (
+    "DELETE FROM budget.spend_rollups",
+    """INSERT INTO budget.spend_rollups (
+        tenant_id, hour, project_id, workflow_id, agent_id, model,
+        cost_nanos, tokens, tool_calls, retries, consume_count)
+    SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC'), r.project_id, r.workflow_id,
+        r.agent_id, coalesce(l.model, ''), sum(l.consumed_cost_nanos), sum(l.consumed_tokens),
+        sum(l.consumed_tool_calls), sum(l.consumed_retries), count(*)
+    FROM budget.ledger l
+    JOIN budget.runs r ON r.tenant_id = l.tenant_id AND r.run_id = l.run_id
+    WHERE l.decision = 'consume'
+    GROUP BY 1, 2, 3, 4, 5, 6""",
+)
+
+
 async def stamp(db: asyncpg.Connection, made: Iterable[Made]) -> None:
     """Gives each consume ledger row the instant the test chose (the ledger is append-only for
-    the service; as superuser the test turns its trigger off for this one transaction)."""
+    the service; as superuser the test turns its trigger off for this one transaction), and
+    the rollups the sums of the rewritten ledger."""
     async with db.transaction():
         await db.execute("SET LOCAL session_replication_role = replica")
         await db.executemany(
@@ -127,6 +145,8 @@ async def stamp(db: asyncpg.Connection, made: Iterable[Made]) -> None:
             " AND decision = 'consume'",
             [(m.request_id, m.at) for m in made],
         )
+        for statement in ROLLUPS_AGAIN:
+            await db.execute(statement)
 
 
 async def pages(
