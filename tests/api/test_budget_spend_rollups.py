@@ -4,16 +4,21 @@ filter (its partial hours summed from the ledger)."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import itertools
+import json
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import asyncpg
+import grpc
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ration_client import Amounts, BudgetClient, SpendGroupBy
+from ration_client import Amounts, BudgetClient, SpendGroupBy, TooManyReports
 from tests.support.servers import StartServer
 
 PROJECTS = ("p-one", "p-two")
@@ -55,6 +60,22 @@ SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC') AS hour, r.project_i
 FROM budget.ledger l JOIN budget.runs r ON r.tenant_id = l.tenant_id AND r.run_id = l.run_id
 WHERE l.decision = 'consume'
 GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6"""
+
+
+def token_file(path: Path) -> Path:
+    rows = [("writer-a", "a"), ("writer-b", "b")]
+    document = {
+        "tokens": [
+            {
+                "sha256": hashlib.sha256(t.encode()).hexdigest(),
+                "tenant": tenant,
+                "roles": ["writer"],
+            }
+            for t, tenant in rows
+        ]
+    }
+    path.write_text(json.dumps(document))
+    return path
 
 
 @pytest.fixture
@@ -154,12 +175,68 @@ async def test_rollups_and_reports_equal_the_ledger_after_any_mix_of_consumes(
         start = start.replace(minute=0, second=0, microsecond=0)
     span = (start, start + timedelta(minutes=window[1]))
     project = owners.draw(st.sampled_from((None, *PROJECTS)), label="project filter")
-    model = owners.draw(st.sampled_from((None, *MODELS[:-1])), label="model filter")
+    model_filter = owners.draw(st.sampled_from((None, *MODELS[:-1])), label="model filter")
     for group in SpendGroupBy:
         rows = await budget.report_spend_all(
-            *span, group, project_id=project or "", model=model or ""
+            *span, group, project_id=project or "", model=model_filter or ""
         )
         reported = {
             r.key: (r.cost_nanos, r.tokens, r.tool_calls, r.retries, r.consume_count) for r in rows
         }
-        assert reported == await ledger_sums(db, group, span, project, model), group
+        assert reported == await ledger_sums(db, group, span, project, model_filter), group
+
+
+async def waiting_on_the_rollups(db: asyncpg.Connection, count: int) -> None:
+    """Until `count` sessions wait for the lock on the rollups that the test holds."""
+    while True:
+        waiting = await db.fetchval(
+            "SELECT count(*) FROM pg_locks"
+            " WHERE relation = 'budget.spend_rollups'::regclass AND NOT granted"
+        )
+        if waiting >= count:
+            return
+        await asyncio.sleep(0.02)
+
+
+async def test_reports_have_their_own_pool_and_a_cap_per_tenant(
+    start_server: StartServer, db: asyncpg.Connection, tmp_path: Path
+) -> None:
+    """Reports held up in the database (a lock the test takes) fill neither the hot path's
+    pool nor another tenant's share: a third report of the tenant is refused at once, the
+    other tenant's report is let in, and Reserve and Consume go on."""
+    runner = await start_server(
+        "budget",
+        RATION_TOKEN_FILE=str(token_file(tmp_path / "tokens.json")),
+        RATION_DB_POOL_MAX="2",
+        RATION_BUDGET_REPORT_POOL_MAX="4",
+        RATION_BUDGET_MAX_REPORTS_PER_TENANT="2",
+    )
+    address = f"127.0.0.1:{runner.port}"
+    now: datetime = await db.fetchval("SELECT now()")
+    window = (now - timedelta(hours=1), now + timedelta(hours=1))
+    async with (
+        BudgetClient(address, token="writer-a") as a,
+        BudgetClient(address, token="writer-b") as b,
+    ):
+        await a.open_run("r", project_id="p")
+        async with db.transaction():
+            await db.execute("LOCK TABLE budget.spend_rollups IN ACCESS EXCLUSIVE MODE")
+            held = [
+                asyncio.create_task(a.report_spend_all(*window, SpendGroupBy.PROJECT))
+                for _ in range(2)
+            ]
+            await waiting_on_the_rollups(db, 2)
+            with pytest.raises(TooManyReports) as refused:
+                await a.report_spend_all(*window, SpendGroupBy.PROJECT)
+            assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert refused.value.limit == 2
+            assert refused.value.retry_after is not None
+            other = asyncio.create_task(b.report_spend_all(*window, SpendGroupBy.PROJECT))
+            await waiting_on_the_rollups(db, 3)  # b's report got a connection of the pool
+            for _ in range(3):  # the hot path's two connections are all free for it
+                held_call = await a.reserve("r", model="m", estimate=Amounts(tokens=1))
+                assert held_call.reservation.reservation_id
+            assert (await a.get_run("r")).run_id == "r"
+        for report in held:
+            assert await report == []
+        assert await other == []
