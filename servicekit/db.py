@@ -13,6 +13,7 @@ probes).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -22,7 +23,7 @@ from typing import TypeVar
 import asyncpg
 
 from servicekit.cpu import current_deadline
-from servicekit.errors import store_busy, store_unavailable
+from servicekit.errors import store_busy, store_unavailable, tenant_connections_busy
 from servicekit.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,8 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
 # before its deadline does.
 WORK_SHARE = 0.1
 MIN_WORK_SECONDS = 0.02
+# What a tenant refused for its share of the pool is told to wait before retrying.
+RETRY_SECONDS = 0.1
 
 # The setting every row-level security policy filters on (the migrations' tenant_isolation).
 TENANT_SETTING = "ration.tenant_id"
@@ -105,6 +108,65 @@ async def _learn_array_types(conn: asyncpg.Connection) -> None:
     await conn.prepare(_ARRAY_TYPES)
 
 
+class TenantShare:
+    """How many of the pool's connections each tenant's transactions hold, at most `share`:
+    one more waits for one of its own to end (first come, first served) for as long as the
+    caller may wait, then is refused TENANT_BUSY. Other tenants do not wait for it."""
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+        self._held: dict[str, int] = {}
+        self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
+
+    def holding(self, tenant: str) -> int:
+        return self._held.get(tenant, 0)
+
+    @contextlib.asynccontextmanager
+    async def held(self, tenant: str, wait_seconds: Callable[[], float]) -> AsyncIterator[None]:
+        if self.holding(tenant) >= self.share or self._waiting.get(tenant):
+            await self._wait_turn(tenant, wait_seconds())
+        else:
+            self._held[tenant] = self.holding(tenant) + 1
+        try:
+            yield
+        finally:
+            self._give_back(tenant)
+
+    async def _wait_turn(self, tenant: str, seconds: float) -> None:
+        turn = asyncio.get_running_loop().create_future()
+        queue = self._waiting.setdefault(tenant, collections.deque())
+        queue.append(turn)
+        try:
+            if seconds <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(seconds):
+                await turn  # handed over by _give_back: the count already includes it
+        except BaseException as error:
+            if turn.done() and not turn.cancelled():
+                self._give_back(tenant)  # handed over just as the wait ended: pass it on
+            else:
+                turn.cancel()
+                queue.remove(turn)
+                if not queue:
+                    del self._waiting[tenant]
+            if isinstance(error, TimeoutError):
+                raise tenant_connections_busy(self.share, RETRY_SECONDS) from None
+            raise
+
+    def _give_back(self, tenant: str) -> None:
+        queue = self._waiting.get(tenant)
+        if queue:
+            queue.popleft().set_result(None)  # the slot goes to the next waiter as it is
+            if not queue:
+                del self._waiting[tenant]
+            return
+        left = self.holding(tenant) - 1
+        if left > 0:
+            self._held[tenant] = left
+        else:
+            self._held.pop(tenant, None)
+
+
 class Database:
     """Owns the pool. A full pool is waited on within the call's deadline, then STORE_BUSY."""
 
@@ -117,6 +179,7 @@ class Database:
         # one. Either wait past what the deadline allows is STORE_BUSY; a refused or failed
         # connection is STORE_UNAVAILABLE.
         self._slots = asyncio.Semaphore(settings.pool_max)
+        self.tenant_share = TenantShare(settings.tenant_share or settings.pool_max)
 
     @property
     def ready(self) -> bool:
@@ -278,8 +341,10 @@ class Database:
     ) -> T:
         """`work` in one transaction that has entered `tenant` for row-level security
         (servicekit/tenancy.py): BEGIN and SET LOCAL travel in one message, so entering the
-        tenant costs no round trip of its own."""
-        return await self._scoped(enter_tenant(tenant), work, attempts, retry_on)
+        tenant costs no round trip of its own. The tenant holds at most its share of the
+        pool's connections: past it the call waits within its deadline, then TENANT_BUSY."""
+        async with self.tenant_share.held(tenant, self._wait_seconds):
+            return await self._scoped(enter_tenant(tenant), work, attempts, retry_on)
 
     async def upkeep_transaction(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """`work` (calls of the SECURITY DEFINER upkeep functions) in one transaction that set

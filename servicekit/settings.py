@@ -141,6 +141,9 @@ class DatabaseSettings:
     # Postgres ends a session of ours left idle inside a transaction this long (0: never), so
     # a stuck caller cannot hold row locks, or every tenant stream's horizon, for ever.
     idle_in_transaction_timeout_ms: int = 10_000
+    # Connections of the pool one tenant's transactions may hold at once (None: no cap below
+    # pool_max), so one tenant's calls cannot take every connection the others need.
+    tenant_share: int | None = None
 
     @classmethod
     def from_env(cls, env: Env) -> DatabaseSettings:
@@ -164,6 +167,7 @@ class DatabaseSettings:
             idle_in_transaction_timeout_ms=env.integer(
                 "RATION_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 10_000, minimum=0
             ),
+            tenant_share=env.optional_integer("RATION_DB_TENANT_SHARE", minimum=1),
         )
 
 

@@ -7,6 +7,7 @@ import asyncio
 import socket
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -17,7 +18,7 @@ from servicekit.cpu import deadline_var
 from servicekit.db import Database
 from servicekit.errors import DomainError, ErrorKind, RetryDetail
 from servicekit.settings import DatabaseSettings, Env
-from servicekit.tenancy import for_tenant
+from servicekit.tenancy import TenantDatabase, for_tenant
 
 ACQUIRE_TIMEOUT = 0.3
 
@@ -244,3 +245,57 @@ async def test_our_sessions_end_a_transaction_left_idle(app_database_url: str) -
     finally:
         await database.close()
     assert shown == "1500ms"
+
+
+async def hold_in_transaction(
+    tenant: TenantDatabase, inside: list[int], all_inside: asyncio.Event, release: asyncio.Event
+) -> int:
+    """A transaction of `tenant` that keeps its connection until `release`."""
+
+    async def work(conn: asyncpg.Connection) -> int:
+        inside.append(1)
+        if len(inside) == 2:
+            all_inside.set()
+        await release.wait()
+        return int(await conn.fetchval("SELECT 1"))
+
+    return await tenant.read(work)
+
+
+async def test_a_tenant_over_its_share_of_connections_waits_others_do_not(
+    app_database_url: str,
+) -> None:
+    """Pool of 3, share of 2: tenant a holds 2; its third call waits for one of its own
+    (then TENANT_BUSY with RetryInfo at its deadline) while tenant b gets the free one."""
+    database = Database(app_database_url, replace(settings(pool_max=3, pool_min=0), tenant_share=2))
+    await database.connect()
+    release = asyncio.Event()
+    a, b = for_tenant(database, "a"), for_tenant(database, "b")
+    try:
+        inside: list[int] = []
+        all_inside = asyncio.Event()
+        holders = [
+            asyncio.create_task(hold_in_transaction(a, inside, all_inside, release))
+            for _ in range(2)
+        ]
+        await all_inside.wait()
+        with pytest.raises(DomainError) as refused:
+            await within(0.3, a)
+        error = refused.value
+        assert (error.kind, error.reason, error.metadata) == (
+            ErrorKind.EXHAUSTED,
+            "TENANT_BUSY",
+            {"limit": "2"},
+        )
+        assert isinstance(error.detail, RetryDetail)
+        assert await within(5, b) == 1  # another tenant is not held up
+        patient = asyncio.create_task(within(30, a))
+        await asyncio.sleep(0)
+        assert not patient.done()
+        release.set()  # one of a's own ends: the waiting call gets its turn
+        assert await patient == 1
+        assert await asyncio.gather(*holders) == [1, 1]
+        assert database.tenant_share.holding("a") == 0
+    finally:
+        release.set()
+        await database.close()
