@@ -190,38 +190,13 @@ def find_secret(text: str, views: Sequence[str]) -> int | None:
 _Run = tuple[int, int, "str | None"]
 
 
-def _replace_secret(view: str, runs: list[_Run], needle: str, label: str) -> tuple[list[_Run], int]:
-    out: list[_Run] = []
-    replaced = 0
-    for start, end, run_label in runs:
-        if run_label is not None:
-            out.append((start, end, run_label))
-            continue
-        position = start
-        while (found := view.find(needle, position, end)) >= 0:
-            if found > position:
-                out.append((position, found, None))
-            out.append((found, found + len(needle), label))
-            replaced += 1
-            position = found + len(needle)
-        if position < end:
-            out.append((position, end, None))
-    return out, replaced
-
-
-def prefix_chars(needle: str) -> int:
-    """The fewest leading characters of a request secret that are redacted on their own: half
-    of it. A secret shorter than twice MIN_SECRET_CHARS is only ever matched whole (a few
-    leading characters of a short one are too likely to be a word)."""
-    if len(needle) < 2 * MIN_SECRET_CHARS:
-        return len(needle)
-    return (len(needle) + 1) // 2
-
-
-def _replace_prefix(view: str, runs: list[_Run], needle: str, label: str) -> tuple[list[_Run], int]:
-    """Like `_replace_secret`, for the longest prefix of `needle` (of at least
-    `prefix_chars`) at each place the text holds one."""
-    head = needle[: prefix_chars(needle)]
+def _replace_secret(
+    view: str, runs: list[_Run], needle: str, label: str, shortest: int | None = None
+) -> tuple[list[_Run], int]:
+    """Every occurrence of `needle` in the runs not yet replaced labelled `label`; with
+    `shortest`, of its prefixes too: the longest one (of at least `shortest` characters) at
+    each place the text holds one."""
+    head = needle if shortest is None else needle[:shortest]
     out: list[_Run] = []
     replaced = 0
     for start, end, run_label in runs:
@@ -243,6 +218,15 @@ def _replace_prefix(view: str, runs: list[_Run], needle: str, label: str) -> tup
         if position < end:
             out.append((position, end, None))
     return out, replaced
+
+
+def prefix_chars(needle: str) -> int:
+    """The fewest leading characters of a request secret that are redacted on their own: half
+    of it. A secret shorter than twice MIN_SECRET_CHARS is only ever matched whole (a few
+    leading characters of a short one are too likely to be a word)."""
+    if len(needle) < 2 * MIN_SECRET_CHARS:
+        return len(needle)
+    return (len(needle) + 1) // 2
 
 
 def _apply_detector(
@@ -381,7 +365,7 @@ class Redactor:
         for needle, secret_id in self._needles:  # then what is left of them: their prefixes
             if prefix_chars(needle) >= len(needle) or needle[: prefix_chars(needle)] not in view:
                 continue
-            runs, replaced = _replace_prefix(view, runs, needle, secret_id)
+            runs, replaced = _replace_secret(view, runs, needle, secret_id, prefix_chars(needle))
             if replaced:
                 counts[secret_id] = counts.get(secret_id, 0) + replaced
         lowered = view.lower()

@@ -20,7 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
 from ration_client import Amounts, BudgetClient, InvalidRequest, SpendGroupBy, SpendRow
-from tests.support.budget import new_id
+from tests.support.budget import ROLLUPS_OF_LEDGER, new_id
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
 
@@ -117,20 +117,11 @@ async def make_consumes(budget: BudgetClient, rng: random.Random, count: int) ->
     return made
 
 
-# The spend rollups of a ledger whose times the test rewrote: summed again from it, as the
-# migration that introduced them did (a Consume keeps them in step by itself).
+# The spend rollups of a ledger whose times the test rewrote: summed again from it (a Consume
+# keeps them in step by itself).
 ROLLUPS_AGAIN = (
     "DELETE FROM budget.spend_rollups",
-    """INSERT INTO budget.spend_rollups (
-        tenant_id, hour, project_id, workflow_id, agent_id, model,
-        cost_nanos, tokens, tool_calls, retries, consume_count)
-    SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC'), r.project_id, r.workflow_id,
-        r.agent_id, coalesce(l.model, ''), sum(l.consumed_cost_nanos), sum(l.consumed_tokens),
-        sum(l.consumed_tool_calls), sum(l.consumed_retries), count(*)
-    FROM budget.ledger l
-    JOIN budget.runs r ON r.tenant_id = l.tenant_id AND r.run_id = l.run_id
-    WHERE l.decision = 'consume'
-    GROUP BY 1, 2, 3, 4, 5, 6""",
+    f"INSERT INTO budget.spend_rollups {ROLLUPS_OF_LEDGER}",
 )
 
 

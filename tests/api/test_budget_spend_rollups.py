@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ration_client import Amounts, BudgetClient, SpendGroupBy, TooManyReports
+from tests.support.budget import ROLLUPS_OF_LEDGER
 from tests.support.servers import StartServer
 
 PROJECTS = ("p-one", "p-two")
@@ -51,15 +52,6 @@ _ROLLUPS = """
 SELECT tenant_id, hour, project_id, workflow_id, agent_id, model, cost_nanos, tokens,
     tool_calls, retries, consume_count
 FROM budget.spend_rollups ORDER BY 1, 2, 3, 4, 5, 6"""
-_ROLLED_LEDGER = """
-SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC') AS hour, r.project_id,
-    r.workflow_id, r.agent_id, coalesce(l.model, '') AS model,
-    sum(l.consumed_cost_nanos) AS cost_nanos, sum(l.consumed_tokens) AS tokens,
-    sum(l.consumed_tool_calls) AS tool_calls, sum(l.consumed_retries) AS retries,
-    count(*) AS consume_count
-FROM budget.ledger l JOIN budget.runs r ON r.tenant_id = l.tenant_id AND r.run_id = l.run_id
-WHERE l.decision = 'consume'
-GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6"""
 
 
 def token_file(path: Path) -> Path:
@@ -159,7 +151,7 @@ async def test_rollups_and_reports_equal_the_ledger_after_any_mix_of_consumes(
 
     # Every rollup row is its group's sum of the ledger, and every group has one.
     assert [tuple(r) for r in await db.fetch(_ROLLUPS)] == [
-        tuple(r) for r in await db.fetch(_ROLLED_LEDGER)
+        tuple(r) for r in await db.fetch(ROLLUPS_OF_LEDGER)
     ]
 
     now: datetime = await db.fetchval("SELECT now()")
