@@ -1,6 +1,6 @@
 """Budget SQL of spend reports: sums per owner, model or time, read from the spend rollups.
 
-The rollups (migration 0013, budget.roll_up_spend_v1) hold one row per (project, workflow,
+The rollups (migration 0015, budget.roll_up_spend_v1) hold one row per (project, workflow,
 agent, model, UTC hour) of a tenant, maintained in each Consume's own transaction, so a report
 reads O(groups) rows, not the window's consume rows. A window's whole hours come from them;
 its partial first and last hours (when its ends are not on the hour) are summed from those

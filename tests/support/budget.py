@@ -250,7 +250,7 @@ async def pool_events(budget: Budget, count: int) -> list[pb.WatchTenantEventsRe
     return found
 
 
-# The spend rollups (budget migration 0013) a ledger should have: its consume rows summed per
+# The spend rollups (budget migration 0015) a ledger should have: its consume rows summed per
 # tenant, UTC hour, run owners and model, in key order. The oracle of the rollup tests.
 ROLLUPS_OF_LEDGER = """
 SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC') AS hour, r.project_id,

@@ -1,5 +1,5 @@
 -- budget.roll_up_spend_v1: Trigger: a consume row of the ledger adds its amounts to its spend
--- rollup (migration 0013), in the Consume's own transaction, so the rollups always equal the
+-- rollup (migration 0015), in the Consume's own transaction, so the rollups always equal the
 -- ledger and ReportSpend reads O(groups).
 --
 -- The group's owners come from the run (a primary-key probe; OpenRun fixed them), the hour
