@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import grpc
 from prometheus_client import CollectorRegistry
 
@@ -15,7 +17,7 @@ from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
 from budget_service.usecases.settings import BudgetSettings
-from budget_service.usecases.stream_slots import StreamSlots
+from budget_service.usecases.stream_slots import StreamSlots, too_many_reports
 from budget_service.usecases.sweeper import Sweeper
 from budget_service.usecases.tenant_events import TenantStreams
 from budget_service.usecases.transactions import Transactions
@@ -52,12 +54,28 @@ def factory(settings: BudgetSettings) -> AppFactory:
             wakeup=settings.run_event_wakeup,
             poll_seconds=settings.run_event_poll_seconds,
         )
+        # Reports read on a small pool of their own (usecases/reports.py).
+        report_db = replace(
+            database.settings,
+            pool_min=0,
+            pool_max=settings.report_pool_max,
+            statement_timeout_ms=settings.report_statement_timeout_ms,
+        )
+        reports = SpendReports(
+            Database(database.url, report_db),
+            StreamSlots(settings.max_reports_per_tenant, too_many_reports),
+        )
+
+        async def close() -> None:
+            await hub.close()
+            await reports.close()
+
         servicer = BudgetServicer(
             BudgetCapabilities.from_settings(settings),
             BudgetService(tx, hub, StreamSlots(settings.max_streams_per_tenant)),
             Reservations(tx),
             settings.max_hold_ttl_seconds,
-            SpendReports(tx),
+            reports,
             TenantStreams(
                 database,
                 StreamSlots(settings.max_tenant_streams_per_tenant),
@@ -75,7 +93,7 @@ def factory(settings: BudgetSettings) -> AppFactory:
             migrations=[MIGRATIONS],
             register=register,
             background=[hub.run, Sweeper(tx).run],
-            close=hub.close,
+            close=close,
             roles=REQUIRED_ROLES,
         )
 

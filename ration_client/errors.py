@@ -253,6 +253,15 @@ class HistoryWindowExceeded(RationError):
     pass
 
 
+class TooManyReports(_RetryLater):
+    """The tenant runs as many spend reports at once as the server allows (`limit`); retry
+    after `retry_after_seconds`."""
+
+    @property
+    def limit(self) -> int | None:
+        return self._integer("limit")
+
+
 class TooManyStreams(_RetryLater):
     """The tenant holds as many event streams as the server allows (`limit`); retry after
     `retry_after_seconds`, or close a stream."""
@@ -301,6 +310,7 @@ BY_REASON: dict[str, type[RationError]] = {
     "STORE_UNAVAILABLE": Unavailable,
     "STORE_BUSY": StoreBusy,
     "TOO_MANY_STREAMS": TooManyStreams,
+    "TOO_MANY_REPORTS": TooManyReports,
     "TENANT_BUSY": TenantBusy,
 }
 

@@ -5,9 +5,12 @@ executor one tenant's large writes queued ahead of everyone else's and ran even 
 callers had given up (issue 17 item 5). Here every job names its tenant and:
 
 - a tenant holds at most `tenant_share` jobs (running or waiting); one more is refused with
-  RESOURCE_EXHAUSTED `TENANT_BUSY` and a RetryInfo, before anything is queued;
-- a free worker takes the waiting job of the tenant with the fewest jobs running, ties to the
-  tenant served longest ago, so a tenant with nothing running goes next whatever others queued;
+  RESOURCE_EXHAUSTED `TENANT_BUSY` and a RetryInfo, before anything is queued (a call that
+  splits its work into several jobs in a row is admitted once, by its first);
+- the pool is shared by work, not by jobs: each job names its cost (the bytes it works on),
+  callers split large work into jobs of bounded cost (so a worker frees often), and a free
+  worker takes the waiting job of the tenant with the least work running, ties to the tenant
+  served longest ago, so a tenant with nothing running goes next whatever others queued;
 - a job whose call's deadline has passed is never started, and a waiting job whose caller is
   cancelled (the client gave up, the deadline passed) leaves the queue at once. A job that has
   started runs to its end (threads cannot be stopped) and keeps its worker and share until then.
@@ -79,6 +82,7 @@ class _Job:
     work: Callable[[], Any]
     deadline: float | None
     future: asyncio.Future[Any]
+    cost: int = 1
     started: bool = False
 
 
@@ -86,6 +90,7 @@ class _Job:
 class _Tenant:
     waiting: deque[_Job] = field(default_factory=deque)
     running: int = 0
+    running_cost: int = 0  # the work (bytes) of its running jobs
     served: int = -1  # dispatch sequence number of this tenant's last started job
 
     @property
@@ -130,16 +135,20 @@ class CpuPool:
         fn: Callable[..., T],
         *args: Any,
         deadline: float | None | _CallDeadline = CALL_DEADLINE,
+        cost: int = 1,
+        admitted: bool = False,
     ) -> T:
         """`fn(*args)` on a worker thread, in this caller's contextvars, for `tenant`.
 
         `deadline` (time.monotonic() clock) defaults to the current RPC's; None means none,
-        for work that outlives its caller by design. Raises TENANT_BUSY when the tenant's
+        for work that outlives its caller by design. `cost`: the work the job does (bytes),
+        what the pool is shared by. `admitted`: a later job of a call whose first job was
+        admitted (not refused for the share again). Raises TENANT_BUSY when the tenant's
         share is taken and DEADLINE_EXCEEDED when the deadline passes before the job starts.
         """
         when = current_deadline() if isinstance(deadline, _CallDeadline) else deadline
         state = self._tenants.get(tenant)
-        if state is not None and state.held >= self.tenant_share:
+        if not admitted and state is not None and state.held >= self.tenant_share:
             raise tenant_busy(self.tenant_share, self._retry_seconds(state))
         if when is not None and when <= self._clock():
             raise deadline_exceeded()
@@ -150,6 +159,7 @@ class CpuPool:
             functools.partial(context.run, fn, *args),
             when,
             asyncio.get_running_loop().create_future(),
+            max(1, cost),
         )
         state.waiting.append(job)
         self._dispatch()
@@ -170,7 +180,7 @@ class CpuPool:
 
     def _next(self) -> _Tenant | None:
         ready = [t for t in self._tenants.values() if t.waiting]
-        return min(ready, key=lambda t: (t.running, t.served), default=None)
+        return min(ready, key=lambda t: (t.running_cost, t.served), default=None)
 
     def _dispatch(self) -> None:
         while self._running < self.workers:
@@ -187,6 +197,7 @@ class CpuPool:
                 continue
             job.started = True
             state.running += 1
+            state.running_cost += job.cost
             self._running += 1
             self._sequence += 1
             state.served = self._sequence
@@ -198,6 +209,7 @@ class CpuPool:
         self, job: _Job, state: _Tenant, started: float, done: asyncio.Future[Any]
     ) -> None:
         state.running -= 1
+        state.running_cost -= job.cost
         self._running -= 1
         self._mean_seconds += (self._clock() - started - self._mean_seconds) * 0.2
         if job.future.done():  # the caller was cancelled: nobody wants the result

@@ -1,16 +1,19 @@
 """The asyncpg pool and the one way to run a transaction, failing closed as STORE_UNAVAILABLE.
 
 Two reasons, never confused: STORE_UNAVAILABLE means Postgres is unreachable (a connection
-failed) or a statement timed out; STORE_BUSY means Postgres is fine but every pooled connection
-stayed in use for as long as the call's deadline allows (or serialization conflicts kept
-aborting the transaction). A full pool is waited on, not refused: within the current RPC's
-deadline (servicekit.cpu.current_deadline), keeping a share of it for the work itself, or for
-the acquire timeout when the call has no deadline (background work, probes).
+was refused or failed) or a statement timed out; STORE_BUSY means Postgres did not refuse but
+this call could not get to it in time: every pooled connection stayed in use, or opening a new
+one (slow on a CPU-starved host) took, for as long as the call's deadline allows (or
+serialization conflicts kept aborting the transaction). Both are waited on, not refused: within
+the current RPC's deadline (servicekit.cpu.current_deadline), keeping a share of it for the
+work itself, or for the acquire timeout when the call has no deadline (background work,
+probes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import time
@@ -20,7 +23,7 @@ from typing import TypeVar
 import asyncpg
 
 from servicekit.cpu import current_deadline
-from servicekit.errors import store_busy, store_unavailable
+from servicekit.errors import store_busy, store_unavailable, tenant_connections_busy
 from servicekit.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,8 @@ RETRYABLE_ERRORS: tuple[type[BaseException], ...] = (
 # before its deadline does.
 WORK_SHARE = 0.1
 MIN_WORK_SECONDS = 0.02
+# What a tenant refused for its share of the pool is told to wait before retrying.
+RETRY_SECONDS = 0.1
 
 # The setting every row-level security policy filters on (the migrations' tenant_isolation).
 TENANT_SETTING = "ration.tenant_id"
@@ -103,6 +108,65 @@ async def _learn_array_types(conn: asyncpg.Connection) -> None:
     await conn.prepare(_ARRAY_TYPES)
 
 
+class TenantShare:
+    """How many of the pool's connections each tenant's transactions hold, at most `share`:
+    one more waits for one of its own to end (first come, first served) for as long as the
+    caller may wait, then is refused TENANT_BUSY. Other tenants do not wait for it."""
+
+    def __init__(self, share: int) -> None:
+        self.share = share
+        self._held: dict[str, int] = {}
+        self._waiting: dict[str, collections.deque[asyncio.Future[None]]] = {}
+
+    def holding(self, tenant: str) -> int:
+        return self._held.get(tenant, 0)
+
+    @contextlib.asynccontextmanager
+    async def held(self, tenant: str, wait_seconds: Callable[[], float]) -> AsyncIterator[None]:
+        if self.holding(tenant) >= self.share or self._waiting.get(tenant):
+            await self._wait_turn(tenant, wait_seconds())
+        else:
+            self._held[tenant] = self.holding(tenant) + 1
+        try:
+            yield
+        finally:
+            self._give_back(tenant)
+
+    async def _wait_turn(self, tenant: str, seconds: float) -> None:
+        turn = asyncio.get_running_loop().create_future()
+        queue = self._waiting.setdefault(tenant, collections.deque())
+        queue.append(turn)
+        try:
+            if seconds <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(seconds):
+                await turn  # handed over by _give_back: the count already includes it
+        except BaseException as error:
+            if turn.done() and not turn.cancelled():
+                self._give_back(tenant)  # handed over just as the wait ended: pass it on
+            else:
+                turn.cancel()
+                queue.remove(turn)
+                if not queue:
+                    del self._waiting[tenant]
+            if isinstance(error, TimeoutError):
+                raise tenant_connections_busy(self.share, RETRY_SECONDS) from None
+            raise
+
+    def _give_back(self, tenant: str) -> None:
+        queue = self._waiting.get(tenant)
+        if queue:
+            queue.popleft().set_result(None)  # the slot goes to the next waiter as it is
+            if not queue:
+                del self._waiting[tenant]
+            return
+        left = self.holding(tenant) - 1
+        if left > 0:
+            self._held[tenant] = left
+        else:
+            self._held.pop(tenant, None)
+
+
 class Database:
     """Owns the pool. A full pool is waited on within the call's deadline, then STORE_BUSY."""
 
@@ -111,9 +175,11 @@ class Database:
         self.settings = settings
         self._pool: asyncpg.Pool | None = None
         # One slot per pooled connection, taken before asking the pool: waiting for a slot is
-        # waiting for a busy pool (STORE_BUSY); once a slot is held the pool has a free
-        # connection, so a slow acquire after it is Postgres not answering (STORE_UNAVAILABLE).
+        # waiting for a busy pool; once a slot is held the pool has a free connection or opens
+        # one. Either wait past what the deadline allows is STORE_BUSY; a refused or failed
+        # connection is STORE_UNAVAILABLE.
         self._slots = asyncio.Semaphore(settings.pool_max)
+        self.tenant_share = TenantShare(settings.tenant_share or settings.pool_max)
 
     @property
     def ready(self) -> bool:
@@ -138,6 +204,9 @@ class Database:
             init=_learn_array_types,
             server_settings={
                 "statement_timeout": str(self.settings.statement_timeout_ms),
+                "idle_in_transaction_session_timeout": str(
+                    self.settings.idle_in_transaction_timeout_ms
+                ),
                 "application_name": "ration",
                 "timezone": "UTC",
             },
@@ -189,15 +258,21 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection: STORE_BUSY when none frees up in time (see the module
-        docstring); a connection that takes longer than the acquire timeout to open times out
-        (asyncio.TimeoutError, mapped to STORE_UNAVAILABLE). asyncio.timeout instead of
+        """A pooled connection: STORE_BUSY when none frees up, or a new one does not open,
+        within what the call's deadline allows (see the module docstring); a refused
+        connection raises OSError (mapped to STORE_UNAVAILABLE). asyncio.timeout instead of
         asyncpg's own acquire timeout, which spawns a task per acquire."""
         pool = self.pool
         await self._take_slot()
         try:
-            async with asyncio.timeout(self.settings.acquire_timeout_seconds):
+            async with asyncio.timeout(max(self._wait_seconds(), MIN_WORK_SECONDS)):
                 conn = await pool.acquire()
+        except TimeoutError:  # also asyncpg's own connect timeout: nothing refused us
+            self._slots.release()
+            raise store_busy(
+                "opening a database connection took longer than this call's deadline allows;"
+                " nothing was done, retry"
+            ) from None
         except BaseException:
             self._slots.release()
             raise
@@ -266,8 +341,10 @@ class Database:
     ) -> T:
         """`work` in one transaction that has entered `tenant` for row-level security
         (servicekit/tenancy.py): BEGIN and SET LOCAL travel in one message, so entering the
-        tenant costs no round trip of its own."""
-        return await self._scoped(enter_tenant(tenant), work, attempts, retry_on)
+        tenant costs no round trip of its own. The tenant holds at most its share of the
+        pool's connections: past it the call waits within its deadline, then TENANT_BUSY."""
+        async with self.tenant_share.held(tenant, self._wait_seconds):
+            return await self._scoped(enter_tenant(tenant), work, attempts, retry_on)
 
     async def upkeep_transaction(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
         """`work` (calls of the SECURITY DEFINER upkeep functions) in one transaction that set

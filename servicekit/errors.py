@@ -149,6 +149,18 @@ def tenant_busy(share: int, retry_seconds: float) -> DomainError:
     )
 
 
+def tenant_connections_busy(share: int, retry_seconds: float) -> DomainError:
+    """The caller's tenant held its whole share of the database pool (servicekit/db.py) for as
+    long as the call's deadline allowed; nothing was done."""
+    return DomainError(
+        ErrorKind.EXHAUSTED,
+        "TENANT_BUSY",
+        f"this tenant already uses {share} database connections of this process; retry later",
+        metadata={"limit": str(share)},
+        detail=RetryDetail(retry_seconds),
+    )
+
+
 def deadline_exceeded() -> DomainError:
     """The call's deadline passed before its work started; nothing was done."""
     return DomainError(

@@ -11,6 +11,13 @@ maps back to every original character it came from, invisible ones inside it inc
 form of the secret survives, while text outside the matches is kept exactly as written (not
 normalised, not stripped: an emoji's zero-width joiner or a full-width Japanese sentence are
 content). A match that ends inside a decomposed character takes the whole character.
+
+Cyrillic and Greek letters drawn like Latin ones (`ѕk-…` with a Cyrillic s) read as their
+Latin twins in the view. A key wrapped across two lines is found too: where a line ends in a
+token and the next goes on with a token run that holds a digit (as the rest of a random key
+does, and a following word does not), a match that ends at the break takes the rest, and the
+two halves are matched joined. A request secret's value is also found when only its first half
+is written (for a secret of 2 × MIN_SECRET_CHARS or more).
 """
 
 from __future__ import annotations
@@ -44,6 +51,19 @@ _INVISIBLE = re.compile(
     "\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
     "\U000e0000-\U000e0fff]"
 )
+
+# Letters of the Cyrillic and Greek scripts drawn like Latin ones (from Unicode's
+# confusables.txt, the letters keys are made of): NFKD keeps scripts apart, so without this a
+# Cyrillic `ѕk-…` would not read as `sk-…`. Only the view reads them so; the text keeps them.
+_LOOKALIKES = str.maketrans(
+    "аеіјорсѕухһԁԛԝӏАВЕКМНОРСТХУІЈЅԚԜΑΒΕΖΗΙΚΜΝΟΡΤΥΧο",
+    "aeijopcsyxhdqwlABEKMHOPCTXYIJSQWABEZHIKMNOPTYXo",
+)
+# A line break inside a token: the next line goes on with a run of token characters that
+# holds a digit (the rest of a random key does, a following word does not).
+_WRAP = re.compile(r"(?<=[A-Za-z0-9_+/=-])\r?\n(?=[A-Za-z0-9_+/=-]{0,255}[0-9])")
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_+/=.-]")
+_MAX_TOKEN = 1024
 
 
 class Secret(NamedTuple):
@@ -80,7 +100,9 @@ class _ViewTable(dict[int, "str | None"]):
 
     def __missing__(self, code: int) -> str | None:
         char = chr(code)
-        form = None if _INVISIBLE.fullmatch(char) else unicodedata.normalize("NFKD", char)
+        form = None
+        if not _INVISIBLE.fullmatch(char):
+            form = unicodedata.normalize("NFKD", char).translate(_LOOKALIKES)
         if len(self) < self.LIMIT:
             self[code] = form
         return form
@@ -168,7 +190,13 @@ def find_secret(text: str, views: Sequence[str]) -> int | None:
 _Run = tuple[int, int, "str | None"]
 
 
-def _replace_secret(view: str, runs: list[_Run], needle: str, label: str) -> tuple[list[_Run], int]:
+def _replace_secret(
+    view: str, runs: list[_Run], needle: str, label: str, shortest: int | None = None
+) -> tuple[list[_Run], int]:
+    """Every occurrence of `needle` in the runs not yet replaced labelled `label`; with
+    `shortest`, of its prefixes too: the longest one (of at least `shortest` characters) at
+    each place the text holds one."""
+    head = needle if shortest is None else needle[:shortest]
     out: list[_Run] = []
     replaced = 0
     for start, end, run_label in runs:
@@ -176,15 +204,29 @@ def _replace_secret(view: str, runs: list[_Run], needle: str, label: str) -> tup
             out.append((start, end, run_label))
             continue
         position = start
-        while (found := view.find(needle, position, end)) >= 0:
+        while (found := view.find(head, position, end)) >= 0:
+            length = len(head)
+            while length < len(needle) and found + length < end:
+                if view[found + length] != needle[length]:
+                    break
+                length += 1
             if found > position:
                 out.append((position, found, None))
-            out.append((found, found + len(needle), label))
+            out.append((found, found + length, label))
             replaced += 1
-            position = found + len(needle)
+            position = found + length
         if position < end:
             out.append((position, end, None))
     return out, replaced
+
+
+def prefix_chars(needle: str) -> int:
+    """The fewest leading characters of a request secret that are redacted on their own: half
+    of it. A secret shorter than twice MIN_SECRET_CHARS is only ever matched whole (a few
+    leading characters of a short one are too likely to be a word)."""
+    if len(needle) < 2 * MIN_SECRET_CHARS:
+        return len(needle)
+    return (len(needle) + 1) // 2
 
 
 def _apply_detector(
@@ -209,6 +251,73 @@ def _apply_detector(
         if position < len(run):
             out.append((start + position, end, None))
     return out, replaced
+
+
+def _label(runs: list[_Run], start: int, end: int, label: str) -> list[_Run]:
+    """`runs` with [start, end) (plain text so far) labelled, joined to a labelled run of the
+    same label that ends at `start`."""
+    out: list[_Run] = []
+    for run_start, run_end, run_label in runs:
+        if run_label is not None or run_end <= start or run_start >= end:
+            out.append((run_start, run_end, run_label))
+            continue
+        if run_start < start:
+            out.append((run_start, start, None))
+        first = max(start, run_start)
+        last = min(end, run_end)
+        if out and out[-1][1] == first and out[-1][2] == label:
+            out[-1] = (out[-1][0], last, label)
+        else:
+            out.append((first, last, label))
+        if run_end > end:
+            out.append((end, run_end, None))
+    return out
+
+
+def _label_at(runs: list[_Run], index: int) -> str | None:
+    for run_start, run_end, run_label in runs:
+        if run_start <= index < run_end:
+            return run_label
+    return None
+
+
+def _token_bounds(view: str, start: int, end: int) -> tuple[int, int]:
+    """The token ending at `start` (its first index) and the one starting at `end` (its end)."""
+    left = start
+    while left > max(0, start - _MAX_TOKEN) and _TOKEN_CHAR.match(view, left - 1):
+        left -= 1
+    right = end
+    while right < min(len(view), end + _MAX_TOKEN) and _TOKEN_CHAR.match(view, right):
+        right += 1
+    return left, right
+
+
+def _wrapped_keys(view: str, runs: list[_Run], counts: dict[str, int]) -> list[_Run]:
+    """Keys split by a line break (see the module docstring)."""
+    if "\n" not in view:
+        return runs
+    for wrap in _WRAP.finditer(view):
+        start, end = wrap.span()
+        left, right = _token_bounds(view, start, end)
+        if _label_at(runs, end) is not None:
+            continue
+        before = _label_at(runs, start - 1)
+        if before is not None:  # the first half was matched: the match takes the rest
+            runs = _label(runs, start, right, before)
+            continue
+        joined = view[left:start] + view[end:right]
+        cut = start - left
+        for detector in DETECTORS:
+            match = next((m for m in detector.pattern.finditer(joined) if m.end() > cut), None)
+            if match is None or match.start() >= cut:
+                continue
+            span_start, span_end = secret_span(match)
+            first = left + span_start if span_start < cut else end + span_start - cut
+            last = left + span_end if span_end <= cut else end + span_end - cut
+            runs = _label(runs, first, last, detector.name)
+            counts[detector.name] = counts.get(detector.name, 0) + 1
+            break
+    return runs
 
 
 def _rebuild(text: str, origin: list[int] | None, runs: list[_Run]) -> str:
@@ -253,6 +362,12 @@ class Redactor:
             runs, replaced = _replace_secret(view, runs, needle, secret_id)
             if replaced:
                 counts[secret_id] = counts.get(secret_id, 0) + replaced
+        for needle, secret_id in self._needles:  # then what is left of them: their prefixes
+            if prefix_chars(needle) >= len(needle) or needle[: prefix_chars(needle)] not in view:
+                continue
+            runs, replaced = _replace_secret(view, runs, needle, secret_id, prefix_chars(needle))
+            if replaced:
+                counts[secret_id] = counts.get(secret_id, 0) + replaced
         lowered = view.lower()
         for detector in DETECTORS:
             if detector.hints and not any(hint in lowered for hint in detector.hints):
@@ -260,6 +375,7 @@ class Redactor:
             runs, replaced = _apply_detector(view, runs, detector.name, detector.pattern)
             if replaced:
                 counts[detector.name] = counts.get(detector.name, 0) + replaced
+        runs = _wrapped_keys(view, runs, counts)
         if not counts:
             return Redacted(text, counts)
         result = _rebuild(text, None if view == text else _origins(text), runs)

@@ -152,6 +152,38 @@ DETECTORS: tuple[Detector, ...] = (
         ),
         hints=("key",),
     ),
+    # GitLab personal, deploy, runner and project/group access tokens.
+    Detector(
+        "gitlab_token",
+        re.compile(r"(?<![A-Za-z0-9_-])gl(?:pat|dt|rt|ptt|soat)-[A-Za-z0-9_-]{20,}"),
+        hints=("gl",),
+    ),
+    Detector(
+        "npm_token",
+        re.compile(r"(?<![A-Za-z0-9_])npm_[A-Za-z0-9]{36,}"),
+        hints=("npm_",),
+    ),
+    Detector(
+        "sendgrid_api_key",
+        re.compile(rf"(?<![A-Za-z0-9_.-])SG\.{_B64URL}{{22}}\.{_B64URL}{{43}}"),
+        hints=("sg.",),
+    ),
+    # A Twilio API key's SID is SK and 32 hex digits (its secret travels beside it).
+    Detector(
+        "twilio_api_key",
+        re.compile(r"(?<![A-Za-z0-9])SK[0-9a-fA-F]{32}(?![A-Za-z0-9])"),
+        hints=("sk",),
+    ),
+    # A Google service account file: `"private_key_id": "<40 hex>"` names the key.
+    Detector(
+        "private_key_id",
+        re.compile(
+            r"(?i:private[_-]?key[_-]?id)"
+            + _ASSIGN
+            + r"(?P<secret>[0-9A-Fa-f]{32,64})(?![0-9A-Za-z])"
+        ),
+        hints=("private",),
+    ),
     # `Authorization: Bearer <token>` / `Basic <base64>` (also Proxy-Authorization).
     Detector(
         "authorization_header",
@@ -173,6 +205,35 @@ DETECTORS: tuple[Detector, ...] = (
         ),
         hints=("pass", "pwd"),
     ),
+)
+
+# The value of an assignment to a credential's name, when it looks like one: 12 or more
+# token characters holding a letter and a digit. Words (`token=expired`), short values
+# (`secret=abc1`) and numbers (`token_count=12345678901234`) are left alone.
+_CREDENTIAL_CHAR = r"[A-Za-z0-9._~+/=-]"
+_CREDENTIAL = (
+    _NOT_MARKER
+    + r"(?=[A-Za-z._~+/=-]{0,1024}[0-9])(?=[0-9._~+/=-]{0,1024}[A-Za-z])"
+    + rf"(?P<secret>{_CREDENTIAL_CHAR}{{12,1024}})(?!{_CREDENTIAL_CHAR})"
+)
+
+
+def _assignment(name: str, key: str, hints: tuple[str, ...]) -> Detector:
+    """`<prefix><key> = value` (env, ini, JSON, YAML, headers) of a credential-like value."""
+    return Detector(
+        name,
+        re.compile(
+            r"(?i:(?<![A-Za-z0-9])[A-Za-z0-9_.-]{0,64}?" + key + ")" + _ASSIGN + _CREDENTIAL
+        ),
+        hints=hints,
+    )
+
+
+# After the named shapes above, so a recognised key keeps its own detector's name.
+DETECTORS += (
+    _assignment("secret_assignment", r"secret(?:[_-]?key)?", ("secret",)),
+    _assignment("api_key_assignment", r"api[_-]?key", ("key",)),
+    _assignment("token_assignment", r"token", ("token",)),
 )
 
 DETECTOR_NAMES: tuple[str, ...] = tuple(d.name for d in DETECTORS)

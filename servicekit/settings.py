@@ -173,6 +173,12 @@ class DatabaseSettings:
     allow_privileged_role: bool = False
     # The variable `url` came from, for messages.
     url_variable: str = "RATION_DATABASE_URL"
+    # Postgres ends a session of ours left idle inside a transaction this long (0: never), so
+    # a stuck caller cannot hold row locks, or every tenant stream's horizon, for ever.
+    idle_in_transaction_timeout_ms: int = 10_000
+    # Connections of the pool one tenant's transactions may hold at once (None: no cap below
+    # pool_max), so one tenant's calls cannot take every connection the others need.
+    tenant_share: int | None = None
 
     @classmethod
     def from_env(cls, env: Env) -> DatabaseSettings:
@@ -201,6 +207,10 @@ class DatabaseSettings:
             else postgres_url("RATION_MIGRATE_DATABASE_URL", migrate_url),
             allow_privileged_role=env.flag("RATION_ALLOW_PRIVILEGED_DB_ROLE", False),
             url_variable=url_variable,
+            idle_in_transaction_timeout_ms=env.integer(
+                "RATION_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS", 10_000, minimum=0
+            ),
+            tenant_share=env.optional_integer("RATION_DB_TENANT_SHARE", minimum=1),
         )
 
 

@@ -3,11 +3,13 @@
 Postgres transaction ids are handed out when a transaction first writes, not when it commits,
 so a reader that took every committed event up to the newest tx could miss one that an older
 transaction commits a moment later. Migration 0008 stamps each event with the id of the
-transaction that wrote it (budget.events.tx, a column DEFAULT: no writer changes), and this
-query returns only events whose tx is below its own snapshot's xmin: every transaction with an
-id below xmin has ended, so the events below it are final, and nothing can later appear before
-a position already read. The horizon (xmin) comes back with the rows, so a reader that scanned
-everything up to it may move its position to (xmin, '', 0) even when no row matched.
+transaction that wrote it (budget.events.tx, stamped by a trigger: no writer changes), and
+a read returns only events whose tx is below a horizon that every transaction of this database
+with a smaller id has passed (budget.tenant_horizon_v1, taken just before the scan): the
+events below it are final, and nothing can later appear before a position already read.
+Transactions of other databases on the server do not hold it. A reader that scanned
+everything up to the horizon may move its position to (horizon, '', 0) even when no row
+matched.
 """
 
 from __future__ import annotations
@@ -26,8 +28,8 @@ from budget_service.store.reads import StoredEvent
 # pool's events sort among the runs' by (tx, key, seq) and a cursor may point at one.
 _POOL_KEY = "('~' || p.scope || '/' || p.scope_id || '/' || budget.epoch_us(p.window_start)::text)"
 
-# $2..$4: the position read up to; $5 the most rows to scan; $6..$8 the filter (NULL: any).
-# One statement, so the horizon and the scan see one snapshot. The scan is bounded in rows
+# $2..$4: the position read up to; $5 the most rows to scan; $6..$8 the filter (NULL: any);
+# $9 the horizon, taken in an earlier snapshot than this one. The scan is bounded in rows
 # whatever the filter matches (the `events_by_tx` index walks the order); of the scanned rows
 # only the matching ones and the last (where the reader got to) come back.
 _SCAN = f"""
@@ -45,7 +47,7 @@ WITH scanned AS (
     FROM budget.events e
     WHERE e.tenant_id = $1
       AND (e.tx, e.run_id COLLATE "C", e.seq) > ($2::text::xid8, $3::text, $4::bigint)
-      AND e.tx < pg_snapshot_xmin(pg_current_snapshot())
+      AND e.tx < $9::text::xid8
     ORDER BY e.tx, e.run_id COLLATE "C", e.seq
     LIMIT $5)
     UNION ALL
@@ -58,7 +60,7 @@ WITH scanned AS (
     FROM budget.pool_events p
     WHERE p.tenant_id = $1
       AND (p.tx, {_POOL_KEY} COLLATE "C", p.seq) > ($2::text::xid8, $3::text, $4::bigint)
-      AND p.tx < pg_snapshot_xmin(pg_current_snapshot())
+      AND p.tx < $9::text::xid8
     ORDER BY p.tx, {_POOL_KEY} COLLATE "C", p.seq
     LIMIT $5)
     ) u
@@ -70,7 +72,7 @@ WITH scanned AS (
         count(*) OVER () AS scanned
     FROM scanned s
 )
-SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS horizon, n.tx::text AS tx, n.run_id,
+SELECT $9::text AS horizon, n.tx::text AS tx, n.run_id,
     n.seq, n.type, CASE WHEN n.matches THEN n.payload_json END AS payload_json, n.created_at,
     n.matches, n.scanned, n.pool_scope, n.pool_scope_id, n.pool_window
 FROM (SELECT 1) one
@@ -83,6 +85,7 @@ _RUNS = "SELECT * FROM budget.runs WHERE tenant_id = $1 AND run_id = ANY($2::tex
 # A function of the tenant (migration 0011), so that on Citus it runs where the tenant's
 # events are stamped: the snapshot of the node that holds the tenant's shard.
 _NEXT_TX = "SELECT budget.tenant_next_tx_v1($1)"
+_HORIZON = "SELECT budget.tenant_horizon_v1($1)"
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,7 @@ async def scan(
     limit: int,
 ) -> Scan:
     """At most `limit` events after `after` are looked at (matching or not)."""
+    horizon = await conn.fetchval(_HORIZON, tenant)  # first: its snapshot precedes the scan's
     found = await conn.fetch(
         _SCAN,
         tenant,
@@ -134,6 +138,7 @@ async def scan(
         _array(wanted.event_types),
         _array(wanted.run_ids),
         _array(wanted.project_ids),
+        horizon,
     )
     events, reached, skipped_tail = [], after, False
     for row in found:

@@ -48,6 +48,11 @@ class BudgetSettings:
     # where a NOTIFY sent on a worker never reaches the coordinator's listeners, else notify.
     run_event_wakeup: str = "auto"
     run_event_poll_seconds: float = 0.1
+    # ReportSpend: its own pool of connections (never the hot path's), with its statement
+    # timeout, and at most this many reports of one tenant at once per server process.
+    report_pool_max: int = 4
+    report_statement_timeout_ms: int = 5000
+    max_reports_per_tenant: int = 2
     # Group commit of Reserve/Consume/Release (and of Checks): requests per statement, and
     # statements of one tenant at the database at once from one process.
     batch: BatchSettings = field(default_factory=BatchSettings)
@@ -93,6 +98,13 @@ class BudgetSettings:
             ),
             run_event_poll_seconds=env.integer("RATION_BUDGET_RUN_EVENT_POLL_MS", 100, minimum=10)
             / 1000,
+            report_pool_max=env.integer("RATION_BUDGET_REPORT_POOL_MAX", 4, minimum=1),
+            report_statement_timeout_ms=env.integer(
+                "RATION_BUDGET_REPORT_STATEMENT_TIMEOUT_MS", 5000, minimum=1
+            ),
+            max_reports_per_tenant=env.integer(
+                "RATION_BUDGET_MAX_REPORTS_PER_TENANT", 2, minimum=1
+            ),
             batch=BatchSettings(
                 max_items=env.integer("RATION_BUDGET_BATCH_MAX", 64, minimum=1),
                 inflight=env.integer("RATION_BUDGET_BATCH_INFLIGHT", 1, minimum=1),

@@ -1,9 +1,9 @@
-"""Concurrent event streams per tenant, capped so one tenant cannot hold them all."""
+"""Concurrent event streams (and reports) per tenant, capped so one tenant cannot hold them all."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from servicekit.errors import DomainError, ErrorKind, RetryDetail
 
@@ -22,12 +22,27 @@ def too_many_streams(limit: int) -> DomainError:
     )
 
 
-class StreamSlots:
-    """Per-process counts of open streams by tenant. A stream holds its slot from before its
-    first read until it ends, fails or is cancelled."""
+def too_many_reports(limit: int) -> DomainError:
+    """TOO_MANY_REPORTS: the tenant already has `limit` ReportSpend calls running here."""
+    return DomainError(
+        ErrorKind.EXHAUSTED,
+        "TOO_MANY_REPORTS",
+        f"this tenant already has {limit} spend reports running; retry later",
+        metadata={"limit": str(limit)},
+        detail=RetryDetail(RETRY_SECONDS),
+    )
 
-    def __init__(self, per_tenant: int) -> None:
+
+class StreamSlots:
+    """Per-process counts of open streams (or running reports) by tenant. A stream holds its
+    slot from before its first read until it ends, fails or is cancelled; one more than
+    `per_tenant` is refused with `refuse(per_tenant)`."""
+
+    def __init__(
+        self, per_tenant: int, refuse: Callable[[int], DomainError] = too_many_streams
+    ) -> None:
         self.per_tenant = per_tenant
+        self._refuse = refuse
         self._open: dict[str, int] = {}
 
     def open_streams(self, tenant: str) -> int:
@@ -36,7 +51,7 @@ class StreamSlots:
     @contextlib.contextmanager
     def slot(self, tenant: str) -> Iterator[None]:
         if self.open_streams(tenant) >= self.per_tenant:
-            raise too_many_streams(self.per_tenant)
+            raise self._refuse(self.per_tenant)
         self._open[tenant] = self.open_streams(tenant) + 1
         try:
             yield

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import asyncpg
 
@@ -16,9 +17,11 @@ from budget_service.store import tenant_events as store
 from budget_service.store.reads import StoredEvent
 from budget_service.usecases.stream_slots import StreamSlots
 from servicekit.db import Database
+from servicekit.errors import DomainError, FieldViolation, validation_error
 from servicekit.tenancy import for_tenant
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Rows one read looks at, matching or not: bounds a read's work whatever the filter.
 SCAN_LIMIT = 500
@@ -93,15 +96,42 @@ async def latest(db: Database, tenant: str) -> Position:
     )
 
 
+def beyond_latest() -> DomainError:
+    return validation_error(
+        [FieldViolation("after_cursor", "is beyond the stream's current position")]
+    )
+
+
 class TenantStreams:
     """WatchTenantEvents: pages read by polling with backoff (no NOTIFY needed, so it works
     whichever process or node wrote the events), each stream holding one of the tenant's
-    slots from before its first read until it ends."""
+    slots from before its first read until it ends.
+
+    A client that goes away cancels its stream, usually in the middle of a read: each read
+    runs to its end in a task of its own (bounded by the statement timeout) so that its
+    transaction ends with COMMIT and its connection goes back to the pool clean, rather than
+    being cut mid-statement (which asyncpg reports at ERROR when it resets the connection)."""
 
     def __init__(self, db: Database, slots: StreamSlots, backoff: PollBackoff) -> None:
         self._db = db
         self._slots = slots
         self._backoff = backoff
+        self._finishing: set[asyncio.Task[Any]] = set()
+
+    async def _uncut(self, work: Awaitable[T]) -> T:
+        """`work`, left to finish in the background if the stream is cancelled meanwhile."""
+        task = asyncio.ensure_future(work)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._finishing.add(task)
+            task.add_done_callback(self._finished)
+            raise
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        self._finishing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.debug("a cancelled stream's read failed", exc_info=task.exception())
 
     async def watch(
         self, tenant: str, after: Position | None, wanted: TenantEventFilter
@@ -109,12 +139,15 @@ class TenantStreams:
         """Every matching event after `after` (None: after the latest) exactly once, in the
         tenant's order, then live ones, until the client cancels or the server stops."""
         with self._slots.slot(tenant):
+            now = await self._uncut(latest(self._db, tenant))
             if after is None:
-                after = await latest(self._db, tenant)
+                after = now
                 yield Checkpoint(after)
+            elif after > now:  # no stream ever sent it: it would wait for ids not yet given
+                raise beyond_latest()
             position, delay = after, None
             while True:
-                page = await read_page(self._db, tenant, position, wanted)
+                page = await self._uncut(read_page(self._db, tenant, position, wanted))
                 for item in page.events:
                     yield item
                 if page.skipped_tail:

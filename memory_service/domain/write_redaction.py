@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass, replace
 from datetime import datetime
 from enum import Enum
@@ -87,24 +87,30 @@ def _ids_only(secrets: tuple[Secret, ...]) -> tuple[Secret, ...]:
     return tuple(Secret(s.secret_id, "") for s in secrets)
 
 
-def redact_write(command: W, limits: InputLimits | None = None) -> RedactedWrite[W]:
+def redact_write(
+    command: W, limits: InputLimits | None = None, first_entry: int = 0
+) -> RedactedWrite[W]:
     """Redact every caller-supplied text of a write (content, kind, tags, metadata keys and
     values, reason) with the request's secrets and the built-in detectors; with limits, refuse
     a write whose redacted text no longer fits them (markers can outgrow what they replace).
 
     Pure and CPU-bound (regexes over up to the request's text limit): run it off the event
     loop. Identifiers are not rewritten: validation refuses one that holds a request secret.
+    `first_entry`: the index in the whole request of an AppendEntries' first entry,
+    when the command is a part of it (violations name the request's fields).
     """
     clean = _Cleaner(getattr(command, "secrets", ()))
-    redacted = cast(W, _rewrite(command, clean))
+    redacted = cast(W, _rewrite(command, clean, first_entry))
     if limits is not None:
         raise_if(validate_stored(redacted, limits))
     return RedactedWrite(redacted, dict(clean.counts), _by_detector(clean.counts, command))
 
 
-def _rewrite(command: WriteCommand, clean: _Cleaner) -> WriteCommand:
+def _rewrite(command: WriteCommand, clean: _Cleaner, first_entry: int = 0) -> WriteCommand:
     if isinstance(command, AppendEntries):
-        entries = tuple(clean.draft(e, f"entries[{i}]") for i, e in enumerate(command.entries))
+        entries = tuple(
+            clean.draft(e, f"entries[{first_entry + i}]") for i, e in enumerate(command.entries)
+        )
         return replace(command, entries=entries, secrets=_ids_only(command.secrets))
     if isinstance(command, ReviseEntry):
         return replace(
@@ -116,6 +122,23 @@ def _rewrite(command: WriteCommand, clean: _Cleaner) -> WriteCommand:
     if isinstance(command, ChangeEntryStates | CompactMemory):
         return replace(command, reason=clean(command.reason), secrets=_ids_only(command.secrets))
     return command  # OrganizeMemory carries no caller text
+
+
+def merge_redacted(
+    command: AppendEntries, parts: Sequence[RedactedWrite[AppendEntries]]
+) -> RedactedWrite[AppendEntries]:
+    """The parts of an AppendEntries redacted one by one (`first_entry`), as one: the whole
+    command's entries in order, the counts summed. Nothing else of the command is caller
+    text (the secrets are ids only)."""
+    counts: Counter[str] = Counter()
+    by_detector: Counter[str] = Counter()
+    entries: list[EntryDraft] = []
+    for part in parts:
+        counts.update(part.counts)
+        by_detector.update(part.by_detector)
+        entries.extend(part.command.entries)
+    whole = replace(command, entries=tuple(entries), secrets=_ids_only(command.secrets))
+    return RedactedWrite(whole, dict(counts), dict(by_detector))
 
 
 def _by_detector(counts: Mapping[str, int], command: WriteCommand) -> dict[str, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import asyncpg
 
@@ -14,6 +15,7 @@ from memory_service.domain.capacity import Operation
 from memory_service.domain.commands import (
     AppendEntries,
     ChangeEntryStates,
+    EntryDraft,
     OrganizeMemory,
     ReviseEntry,
 )
@@ -37,7 +39,14 @@ from memory_service.domain.write_input_rules import (
 )
 from memory_service.domain.write_redaction import redact_write
 from memory_service.store import writes as store
-from memory_service.usecases.preparation import P, Prepared, prepare_write
+from memory_service.usecases.preparation import (
+    P,
+    Prepared,
+    draft_chars,
+    merge_parts,
+    parts_of,
+    prepare_write,
+)
 from memory_service.usecases.write_path import Envelope, WritePath, WriteResult
 from servicekit.auth import Identity
 from servicekit.cpu import CpuPool
@@ -104,10 +113,31 @@ class MemoryWrites:
 
     async def _prepare(self, tenant: str, command: P) -> Prepared[P]:
         # Redaction, tokenizing and embedding are CPU-bound: off the event loop, on the pool
-        # that bounds each tenant's share and starts nothing after the call's deadline.
+        # that bounds each tenant's share and starts nothing after the call's deadline. A
+        # large append goes as parts of bounded text, one job after another, so the pool is
+        # shared by work: another tenant's small write waits for one part, not the whole.
         limits = self._path.policy.limits
+        if isinstance(command, AppendEntries) and len(command.entries) > 1:
+            prepared = []
+            for number, (first, part, chars) in enumerate(parts_of(command)):
+                prepared.append(
+                    await self._cpu.run(
+                        tenant,
+                        prepare_write,
+                        part,
+                        self._counter,
+                        self._embedder,
+                        None,
+                        first,
+                        cost=chars,
+                        admitted=number > 0,
+                    )
+                )
+            whole: Any = merge_parts(command, prepared, limits)  # P is AppendEntries here
+            return whole  # type: ignore[no-any-return]
+        cost = sum(draft_chars(d) for d in _drafts(command))
         return await self._cpu.run(
-            tenant, prepare_write, command, self._counter, self._embedder, limits
+            tenant, prepare_write, command, self._counter, self._embedder, limits, cost=cost
         )
 
     async def append(
@@ -214,3 +244,7 @@ class MemoryWrites:
             self._path.committed(outcome.result, Operation.ORGANIZE)
 
         return await self._path.run(identity, redact_write(command), envelope, work, count)
+
+
+def _drafts(command: AppendEntries | ReviseEntry) -> tuple[EntryDraft, ...]:
+    return command.entries if isinstance(command, AppendEntries) else (command.entry,)

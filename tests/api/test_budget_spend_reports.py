@@ -20,7 +20,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
 from ration_client import Amounts, BudgetClient, InvalidRequest, SpendGroupBy, SpendRow
-from tests.support.budget import new_id
+from tests.support.budget import ROLLUPS_OF_LEDGER, new_id
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
 
@@ -117,9 +117,18 @@ async def make_consumes(budget: BudgetClient, rng: random.Random, count: int) ->
     return made
 
 
+# The spend rollups of a ledger whose times the test rewrote: summed again from it (a Consume
+# keeps them in step by itself).
+ROLLUPS_AGAIN = (
+    "DELETE FROM budget.spend_rollups",
+    f"INSERT INTO budget.spend_rollups {ROLLUPS_OF_LEDGER}",
+)
+
+
 async def stamp(db: asyncpg.Connection, made: Iterable[Made]) -> None:
     """Gives each consume ledger row the instant the test chose (the ledger is append-only for
-    the service; as superuser the test turns its trigger off for this one transaction)."""
+    the service; as superuser the test turns its trigger off for this one transaction), and
+    the rollups the sums of the rewritten ledger."""
     async with db.transaction():
         await db.execute("SET LOCAL session_replication_role = replica")
         await db.executemany(
@@ -127,6 +136,8 @@ async def stamp(db: asyncpg.Connection, made: Iterable[Made]) -> None:
             " AND decision = 'consume'",
             [(m.request_id, m.at) for m in made],
         )
+        for statement in ROLLUPS_AGAIN:
+            await db.execute(statement)
 
 
 async def pages(

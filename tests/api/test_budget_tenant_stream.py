@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
+import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import cast
@@ -20,6 +22,7 @@ from ration.budget.v1 import budget_pb2 as pb
 from ration_client import Amounts, BudgetClient, Policy, RunEventType
 from tests.support.budget import Budget
 from tests.support.errors import rpc_error
+from tests.support.postgres import admin, with_database
 from tests.support.servers import StartServer
 
 READ_TIMEOUT = 20  # a bound on a hang, not a speed assertion
@@ -337,3 +340,95 @@ async def test_the_client_follows_the_tenant_with_typed_views(start_server: Star
         await rest.aclose()
         assert after.event is not None
         assert (after.event.run_id, after.event.type) == ("s", RunEventType.BUDGET_RESERVED)
+
+
+async def test_a_cursor_beyond_the_current_position_is_invalid_argument(
+    budget_channel: grpc.aio.Channel,
+) -> None:
+    """A cursor no stream sent (ahead of every transaction so far) would stream silence."""
+    budget = Budget(budget_channel)
+    latest = watch(budget, start_at_latest=True)
+    now = position((await asyncio.wait_for(latest.read(), READ_TIMEOUT)).cursor)
+    latest.cancel()
+    resumed = watch(budget, now.cursor())  # the latest position itself is fine
+    await budget.open_run("new")
+    assert keys(await read(resumed, 1)) == [("new", 1)]
+    resumed.cancel()
+    ahead = Position(now.tx + 10**9, "", 0).cursor()
+    refused = await rpc_error(watch(budget, ahead).read())
+    assert (refused.code, refused.reason) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "VALIDATION_FAILED",
+    )
+    violations = refused.require(error_details_pb2.BadRequest).field_violations
+    assert [v.field for v in violations] == ["after_cursor"]
+
+
+async def test_a_client_cancelling_its_stream_logs_nothing_above_debug(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Streams that poll constantly are cancelled at whatever point they are at (usually in
+    the middle of a read): the server logs no warning or error for it."""
+    runner = await start_server(
+        "budget",
+        RATION_BUDGET_TENANT_STREAM_POLL_MS="10",
+        RATION_BUDGET_MAX_TENANT_STREAMS_PER_TENANT="1",
+    )
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        budget = Budget(channel)
+        await budget.open_run("r")
+        with caplog.at_level(logging.DEBUG):
+            for _ in range(25):
+                stream = await served(budget)  # it read the run's event and reads on
+                stream.cancel()
+            (await served(budget)).cancel()  # the last cancelled stream's slot is free too
+    loud = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert loud == [], [r.getMessage() for r in loud]
+
+
+async def served(budget: Budget) -> grpc.aio.UnaryStreamCall:
+    """A stream from the start, opened as soon as the tenant's one slot is free (the server
+    frees it once it has seen the previous stream's cancellation)."""
+    while True:
+        stream = watch(budget)
+        try:
+            await asyncio.wait_for(stream.wait_for_connection(), READ_TIMEOUT)
+            first = await asyncio.wait_for(stream.read(), READ_TIMEOUT)
+        except grpc.aio.AioRpcError as error:
+            if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                raise
+            await asyncio.sleep(0.01)
+            continue
+        assert first is not grpc.aio.EOF
+        return stream
+
+
+@pytest.fixture
+async def busy_elsewhere(pg_server_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A write transaction left open in another database of the same server (until the test
+    ends): another application's long batch job."""
+    name = f"ration_other_{uuid.uuid4().hex[:12]}"
+    await admin(pg_server_url, f'CREATE DATABASE "{name}"')
+    conn = await asyncpg.connect(with_database(pg_server_url, name))
+    try:
+        await conn.execute("BEGIN")
+        await conn.execute("CREATE TABLE batch (x integer)")  # it has a transaction id now
+        yield conn
+    finally:
+        await conn.execute("ROLLBACK")
+        await conn.close()
+        await admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def test_a_long_transaction_in_another_database_does_not_hold_the_stream(
+    budget_channel: grpc.aio.Channel, busy_elsewhere: asyncpg.Connection
+) -> None:
+    """The other transaction is older than the event and stays open while the stream reads
+    (seconds, or for ever): the event still arrives."""
+    budget = Budget(budget_channel)
+    await budget.open_run("r")
+    stream = watch(budget)
+    [reply] = await asyncio.wait_for(read(stream, 1), 10)
+    stream.cancel()
+    assert (reply.event.run_id, reply.event.seq) == ("r", 1)
+    assert await busy_elsewhere.fetchval("SELECT count(*) FROM batch") == 0  # still open

@@ -97,3 +97,57 @@ async def test_a_small_write_of_one_tenant_is_not_stalled_by_another_tenants_flo
         assert error.limit == SHARE
         assert error.retry_after_seconds > 0
         assert error.retryable
+
+
+# Issue 24: the pool is shared by work. A's appends are many entries of 15 KB; each is
+# prepared as parts of bounded text, so B's 20-byte append waits for a part, not for an append.
+WIDE_ENTRIES = 40
+WIDE_CHARS = 15_000
+
+
+def wide_entries(seed: int) -> list[str]:
+    dna = worst_case_texts()["dna"]
+    first = seed * WIDE_ENTRIES
+    return [(dna[n:] + dna[:n])[:WIDE_CHARS] for n in range(first, first + WIDE_ENTRIES)]
+
+
+async def test_a_small_write_goes_ahead_of_another_tenants_large_appends_on_every_worker(
+    start_server: StartServer, token_file: Path
+) -> None:
+    runner = await start_server(
+        "memory",
+        RATION_TOKEN_FILE=str(token_file),
+        RATION_CPU_WORKERS="2",
+        RATION_CPU_TENANT_SHARE=str(SHARE),
+    )
+    address = f"127.0.0.1:{runner.port}"
+    finished: list[str] = []
+    async with (
+        MemoryClient(address, token="tenant-a", timeout=120) as a,
+        MemoryClient(address, token="tenant-b") as b,
+    ):
+
+        async def flood(n: int) -> str:
+            await a.append(f"wide/{n}", wide_entries(n))
+            finished.append(f"a{n}")
+            return f"a{n}"
+
+        floods = [asyncio.create_task(flood(n)) for n in range(SHARE + 3)]
+        refused = None
+        for next_done in asyncio.as_completed(floods):
+            try:
+                await next_done
+            except TenantBusy as busy:  # A's share is taken: its parts hold both workers
+                refused = busy
+                break
+        assert refused is not None, "tenant A was never refused"
+        in_flight = {f"a{n}" for n, task in enumerate(floods) if not task.done()}
+        assert in_flight, "A's accepted appends finished before B could be sent"
+        await b.append("b/notes", ["twenty bytes, no more"[:20]])
+        finished.append("b")
+        await asyncio.gather(*floods, return_exceptions=True)
+    # B's append was prepared after at most one part per worker: every append of A in the
+    # server when B arrived (and served) finished after B.
+    accepted = [name for name in finished if name in in_flight]
+    assert len(accepted) >= 2, finished
+    assert finished.index("b") < min(finished.index(name) for name in accepted), finished

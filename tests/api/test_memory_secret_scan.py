@@ -71,10 +71,32 @@ SHAPES: dict[str, tuple[str, str]] = {
         "-----BEGIN EC PRIVATE KEY-----\n" + "PemLines27abc\n" + "-----END EC PRIVATE KEY-----",
         "PemLines27abc",
     ),
+    # Issue 24: shapes stored as written on fa194cd.
+    "secret=": ("client_secret=" + "Cs28Value29xyz", "Cs28Value29xyz"),
+    "api_key=": ("api_key=" + "Ak30Value31xyz", "Ak30Value31xyz"),
+    "token=": ("token=" + "Tk32Value33xyz", "Tk32Value33xyz"),
+    "x-api-key": ("x-api-key: " + "Xk34Value35xyz", "Xk34Value35xyz"),
+    "gitlab": ("glpat-" + "GitLab36Token37abcde", "GitLab36Token37abcde"),
+    "npm": (
+        "npm_" + "Npm38Token39abcdefghijklmnopqrstuvwx",
+        "Npm38Token39abcdefghijklmnopqrstuvwx",
+    ),
+    "sendgrid": (
+        "SG." + "SendGrid40abcdefghijkl" + "." + "SendGrid41abcdefghijklmnopqrstuvwxyz0123456",
+        "SendGrid40abcdefghijkl.SendGrid41abcdefghijklmnopqrstuvwxyz0123456",
+    ),
+    "twilio": (
+        "SK" + "42" + "0123456789abcdef" + "0123456789abcd",
+        "420123456789abcdef0123456789abcd",
+    ),
+    "private_key_id": ('"private_key_id": "' + "43ab" * 10 + '"', "43ab" * 10),
+    "homoglyph": ("\u0455k-" + "Homoglyph44Key45abcd", "Homoglyph44Key45abcd"),
+    "split by a newline": ("sk-" + "Split46Key" + "\n" + "47abcdefghijk", "47abcdefghijk"),
+    "request secret prefix": (f"db {RUN_SECRET[:14]}", RUN_SECRET[:14]),
 }
 # Kind, tags, metadata keys and reasons are single printable lines: these two shapes can only
 # be written through content and metadata values (elsewhere they are refused as bad input).
-MULTI_LINE = ["sk zero-width", "pem lines"]
+MULTI_LINE = ["sk zero-width", "pem lines", "sendgrid", "split by a newline"]
 CANARY = "PlantedCanary0042"  # no detector matches it: the positive control
 # A request id of a shape the logs keep (a UUID): only those are logged as sent.
 LOG_CANARY = "1060ca4a-0043-4c0d-8e0f-00000000c0de"

@@ -248,3 +248,16 @@ async def pool_events(budget: Budget, count: int) -> list[pb.WatchTenantEventsRe
     finally:
         stream.cancel()
     return found
+
+
+# The spend rollups (budget migration 0013) a ledger should have: its consume rows summed per
+# tenant, UTC hour, run owners and model, in key order. The oracle of the rollup tests.
+ROLLUPS_OF_LEDGER = """
+SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC') AS hour, r.project_id,
+    r.workflow_id, r.agent_id, coalesce(l.model, '') AS model,
+    sum(l.consumed_cost_nanos) AS cost_nanos, sum(l.consumed_tokens) AS tokens,
+    sum(l.consumed_tool_calls) AS tool_calls, sum(l.consumed_retries) AS retries,
+    count(*) AS consume_count
+FROM budget.ledger l JOIN budget.runs r ON r.tenant_id = l.tenant_id AND r.run_id = l.run_id
+WHERE l.decision = 'consume'
+GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6"""

@@ -208,3 +208,54 @@ async def test_a_job_cancelled_as_a_worker_frees_up_never_runs() -> None:
         assert await pool.run("a", lambda: "still serving") == "still serving"
     finally:
         pool.close()
+
+
+async def test_a_free_worker_goes_to_the_tenant_with_the_least_work_running() -> None:
+    """Shared by work, not by jobs: a and c each run one job, a's large and c's small; when the
+    third worker frees, c's waiting job goes first though a was served longer ago."""
+    pool = CpuPool(workers=3, tenant_share=10)
+    try:
+        big, small, third = Gate(), Gate(), Gate()
+        a_running = asyncio.create_task(pool.run("a", big, "a0", cost=900_000))
+        await entered(big)
+        c_running = asyncio.create_task(pool.run("c", small, "c0", cost=20))
+        await entered(small)
+        b_running = asyncio.create_task(pool.run("b", third, "b0"))
+        await entered(third)
+        order: list[str] = []
+
+        def record(name: str) -> str:
+            order.append(name)
+            return name
+
+        a_next = asyncio.create_task(pool.run("a", record, "a1", cost=30_000))
+        c_next = asyncio.create_task(pool.run("c", record, "c1", cost=20))
+        await asyncio.sleep(0)
+        third.release.set()  # one worker frees: the tenant running the least work goes next
+        assert await b_running == "b0"
+        big.release.set()
+        small.release.set()
+        assert list(await asyncio.gather(a_running, c_running, a_next, c_next)) == [
+            "a0",
+            "c0",
+            "a1",
+            "c1",
+        ]
+        assert order == ["c1", "a1"]
+    finally:
+        pool.close()
+
+
+async def test_later_jobs_of_an_admitted_call_are_not_refused_for_the_share() -> None:
+    pool = CpuPool(workers=1, tenant_share=1)
+    try:
+        gate = Gate()
+        first = asyncio.create_task(pool.run("a", gate, "part 1"))
+        await entered(gate)
+        with pytest.raises(DomainError):  # a new call of a is over the share
+            await pool.run("a", str, "another call")
+        later = asyncio.create_task(pool.run("a", str, "part 2", admitted=True))
+        gate.release.set()
+        assert list(await asyncio.gather(first, later)) == ["part 1", "part 2"]
+    finally:
+        pool.close()

@@ -96,7 +96,8 @@ CASES = [
         "Z9y8X7w6V5u4T3s2R1q0",
         "xai-sdk-python-2",
     ),
-    ("azure_api_key", f"api-key: {HEX32}", HEX32, f"api-key: {HEX32[:31]}"),
+    # (A shorter hex value is still an api key's value: the near miss is a short one.)
+    ("azure_api_key", f"api-key: {HEX32}", HEX32, f"api-key: {HEX32[:10]}"),
     ("aws_secret_access_key", f"key {AWS_SECRET} ok", AWS_SECRET, f"sha1 {'a1b2c3d4e5' * 4} ok"),
     (
         "aws_session_token",
@@ -121,6 +122,73 @@ CASES = [
         "-H 'authorization: basic " + "dXNlcjpwYXNzd29yZA==" + "'",
         "dXNlcjpwYXNzd29yZA==",
         "authorization: basically anyone",
+    ),
+    # Issue 24: shapes that were stored as written.
+    (
+        "secret_assignment",
+        "CLIENT_SECRET=" + "q8Zt2Lm4Xv7Pn1Rk",
+        "q8Zt2Lm4Xv7Pn1Rk",
+        "secret=top-secret-project",
+    ),
+    (
+        "api_key_assignment",
+        '{"api_key": "' + "Ak7Hq2Wm9Zp4Lx8N" + '"}',
+        "Ak7Hq2Wm9Zp4Lx8N",
+        '{"api_key": "<your key here>"}',
+    ),
+    (
+        "token_assignment",
+        "refresh_token=" + "Tk4.eWq8Zr1-Mn6Lp3",
+        "Tk4.eWq8Zr1-Mn6Lp3",
+        "token=expired token_count=12345678901234",
+    ),
+    (
+        "api_key_assignment",
+        "curl -H 'x-api-key: " + "Xk2Yv8Qm5Rt1Wn7Z" + "'",
+        "Xk2Yv8Qm5Rt1Wn7Z",
+        "curl -H 'x-api-key: $API_KEY'",
+    ),
+    (
+        "gitlab_token",
+        "glpat-" + "Gl4bPat8Xy2Zq6Wv0Ab1",
+        "Gl4bPat8Xy2Zq6Wv0Ab1",
+        "glpat-short1",
+    ),
+    (
+        "npm_token",
+        "//registry.npmjs.org/:_authToken=npm_" + "Np1mT0ken2Abcdefghijklmnopqrstuvwxyz",
+        "Np1mT0ken2Abcdefghijklmnopqrstuvwxyz",
+        "npm_config_registry=https://registry.npmjs.org/",
+    ),
+    (
+        "sendgrid_api_key",
+        "SG." + "Sg1Abcdefghijklmnopqrs" + "." + "Sg2Abcdefghijklmnopqrstuvwxyz0123456789ABCD",
+        "Sg2Abcdefghijklmnopqrstuvwxyz0123456789ABCD",
+        "SG.objects.filter(active=True)",
+    ),
+    (
+        "twilio_api_key",
+        "TWILIO_KEY SK" + "0123456789abcdef" * 2,
+        "0123456789abcdef" * 2,
+        "SKU " + "SK" + "0123456789abcdef" * 2 + "9",  # 33 hex digits: some other id
+    ),
+    (
+        "private_key_id",
+        '{"type": "service_account", "private_key_id": "' + "a1b2c3d4e5" * 4 + '"}',
+        "a1b2c3d4e5" * 4,
+        '{"private_key_id": ""}',
+    ),
+    (
+        "openai_api_key",
+        "\u0455k-" + OPENAI[3:],  # a Cyrillic s
+        OPENAI[8:],
+        "\u0455k-learn-compatible-estimators",
+    ),
+    (
+        "openai_api_key",
+        OPENAI[:18] + "\n" + OPENAI[18:],  # wrapped across two lines
+        OPENAI[18:],
+        "sk-learn-compatible-estimators\nare listed",
     ),
 ]
 
@@ -149,3 +217,22 @@ def test_a_request_secret_is_found_through_zero_width_and_full_width_forms() -> 
     disguised = "\uff28unter\u200b2-Correct"  # full-width H, zero-width space
     result = redact(f"a {disguised} b", [("db", value)])
     assert result.text == "a [REDACTED:db] b"
+
+
+def test_a_request_secrets_first_half_is_redacted_and_less_is_not() -> None:
+    value = "Hunter2-Correct-Horse"  # 21 characters: 11 leading ones are redacted alone
+    result = redact(f"a {value[:13]}… b", [("db", value)])
+    assert result.text == "a [REDACTED:db]… b"
+    assert result.counts == {"db": 1}
+    near_miss = f"a {value[:10]} b"
+    assert redact(near_miss, [("db", value)]).text == near_miss
+
+
+def test_the_text_around_a_wrapped_key_and_a_lookalike_letter_is_kept() -> None:
+    wrapped = "before\n" + OPENAI[:18] + "\r\n" + OPENAI[18:] + "\nafter 2 lines"
+    assert redact(wrapped).text == f"before\n{marker('openai_api_key')}\nafter 2 lines"
+    russian = "\u041f\u0440\u0438\u0432\u0435\u0442 \u0455k-" + OPENAI[3:] + " \u043c\u0438\u0440"
+    expected = (
+        "\u041f\u0440\u0438\u0432\u0435\u0442 " + marker("openai_api_key") + " \u043c\u0438\u0440"
+    )
+    assert redact(russian).text == expected

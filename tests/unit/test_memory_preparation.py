@@ -4,6 +4,7 @@ markers, and the fingerprint holds no secret value."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -21,7 +22,13 @@ from memory_service.domain.commands import (
 from memory_service.domain.manifest import content_hash
 from memory_service.domain.token_counters import TokenCounter
 from memory_service.domain.write_redaction import REQUEST_SECRET_LABEL, redact_write
-from memory_service.usecases.preparation import prepare_write
+from memory_service.usecases.preparation import (
+    PART_CHARS,
+    PreparedEntry,
+    merge_parts,
+    parts_of,
+    prepare_write,
+)
 from servicekit.errors import BadRequestDetail, DomainError
 from servicekit.redaction import Secret
 
@@ -152,3 +159,37 @@ def test_the_fingerprint_is_canonical_json_of_the_command() -> None:
     assert document["type"] == "AppendEntries"
     assert document["command"]["entries"][0]["metadata"] == {"a": "1", "b": "2"}
     assert data == json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def test_an_append_prepared_in_parts_is_the_append_prepared_whole(counter: Tokenizer) -> None:
+    """Large appends are prepared as parts of bounded text (one CPU job each): together they
+    are the whole command's preparation, counts, fingerprint and violations included."""
+    drafts = [
+        EntryDraft(f"entry {n} " + "x" * 9000 + f" {SECRET} {GITHUB}", tags=(f"t{n}",))
+        for n in range(9)
+    ]
+    command = append(*drafts, secrets=(Secret("vault", SECRET),))
+    parts = parts_of(command)
+    assert len(parts) > 1
+    assert [first for first, _, _ in parts] == sorted({first for first, _, _ in parts})
+    for _, part, chars in parts:
+        assert chars <= PART_CHARS or len(part.entries) == 1
+    prepared = [prepare_write(part, counter, None, None, first) for first, part, _ in parts]
+    merged = merge_parts(command, prepared, None)
+    whole = prepare_write(command, counter)
+    assert merged.redacted.fingerprint == whole.redacted.fingerprint
+    assert merged.redactions == whole.redactions == {"vault": 9, "github_token": 9}
+    assert merged.redactions_by_detector == whole.redactions_by_detector
+
+    def stored(entry: PreparedEntry) -> tuple[object, ...]:
+        return (entry.content, entry.content_hash, dict(entry.sizes), entry.tags)
+
+    assert [stored(e) for e in merged.entries] == [stored(e) for e in whole.entries]
+    # A violation in a later part names the entry's index in the whole request.
+    bad = append(*drafts, EntryDraft("c", metadata={SECRET: "1", "[REDACTED:vault]": "2"}))
+    first, last, _ = parts_of(replace(bad, secrets=(Secret("vault", SECRET),)))[-1]
+    with pytest.raises(DomainError) as refused:
+        prepare_write(last, counter, None, None, first)
+    detail = refused.value.detail
+    assert isinstance(detail, BadRequestDetail)
+    assert [v.field for v in detail.violations] == ["entries[9].metadata"]

@@ -169,6 +169,14 @@ def test_detector_names_are_stable() -> None:
         "azure_api_key",
         "authorization_header",
         "password",
+        "gitlab_token",
+        "npm_token",
+        "sendgrid_api_key",
+        "twilio_api_key",
+        "private_key_id",
+        "secret_assignment",
+        "api_key_assignment",
+        "token_assignment",
     }
 
 

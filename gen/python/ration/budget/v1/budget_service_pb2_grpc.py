@@ -330,10 +330,13 @@ class BudgetServiceServicer:
         UTC day or UTC hour: exact sums of the append-only ledger's `consume` rows (what Consume
         recorded, overruns included; never from metrics), with the run's owners as OpenRun gave
         them. Rows are ordered by key and paginated; each page is summed when it is asked for, so
-        a window that has ended gives the same sums on every call. No side effects.
+        a window that has ended gives the same sums on every call. Read from hourly spend rollups
+        that each Consume keeps in its own transaction (equal to the ledger), so a page costs
+        O(groups), on a connection pool of its own. No side effects.
         Errors: VALIDATION_FAILED (fields start_time, end_time, group_by, filter.<field>,
         page_size, page_token; a window longer than 366 days, or sums past 2^63 - 1, refused on
-        end_time). Role: reader.
+        end_time); TOO_MANY_REPORTS (metadata limit; RetryInfo) when the tenant already runs
+        RATION_BUDGET_MAX_REPORTS_PER_TENANT reports on this server process. Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
