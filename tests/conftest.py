@@ -21,6 +21,7 @@ from pathlib import Path
 import asyncpg
 import grpc
 import pytest
+from hypothesis import HealthCheck, settings
 
 from ration_server import registry
 from servicekit.embedded import EmbeddedPostgres
@@ -29,6 +30,13 @@ from servicekit.server import ServiceRunner
 from tests.support import dbroles
 from tests.support.postgres import admin, docker_answers, with_database
 from tests.support.servers import StartServer, service_env
+
+# Tests never assert wall-clock speed (DESIGN 9): hypothesis's per-example deadline and its
+# too-slow health check are timings, and they fail on a loaded machine, so both are off here.
+settings.register_profile(
+    "ration", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("ration")
 
 
 @pytest.fixture(scope="session")
