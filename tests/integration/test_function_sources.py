@@ -19,6 +19,12 @@ LAST_WITH_FUNCTIONS = {"budget": 12, "memory": 7}
 _CREATE = re.compile(r"^CREATE OR REPLACE FUNCTION (\w+)\.(\w+)\s*\(", re.M)
 _BODY = re.compile(r"\sAS\s+(\$\w*\$)(.*?)\1", re.S)
 _DEFINES = re.compile(r"\b(CREATE|ALTER)\s+(OR\s+REPLACE\s+)?(FUNCTION|PROCEDURE)\b", re.I)
+# The one definition a later migration may hold: a placeholder that only raises, so that a
+# trigger can be created before the repeatable step (same transaction) installs the real body.
+_PLACEHOLDER = re.compile(
+    r"CREATE FUNCTION [a-z_.0-9]+\(\) RETURNS trigger LANGUAGE plpgsql AS \$\$\s*BEGIN\s*"
+    r"RAISE EXCEPTION '[a-z_.0-9]+ is defined by its function file';\s*END;\s*\$\$;"
+)
 
 INSTALLED = """
 SELECT n.nspname AS schema, p.proname AS name, p.prosrc AS body
@@ -65,7 +71,7 @@ async def test_every_installed_function_has_a_file_and_every_file_is_installed(
 def test_no_migration_after_the_move_defines_a_function(mset: MigrationSet) -> None:
     later = [m for m in mset.load() if m.version > LAST_WITH_FUNCTIONS[mset.schema]]
     for migration in later:
-        assert not _DEFINES.search(migration.sql), (
+        assert not _DEFINES.search(_PLACEHOLDER.sub("", migration.sql)), (
             f"{mset.schema} migration {migration.version:04d}_{migration.name} defines a function:"
             f" it belongs in {mset.functions_package}"
         )
