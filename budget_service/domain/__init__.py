@@ -1,7 +1,8 @@
 """The budget domain, opened first: dimensions and policies, run and hold state, typed events, the
 accounting of reserve, consume, release and breach, refusals and input rules, as pure functions
 over dataclasses (standard library and servicekit.errors only). The one decision the database
-arbitrates lives in store/functions/ (decide_v1.sql); its Python reference model is in tests/.
+arbitrates lives in store/functions/ (decide_v2.sql, the engine decide_batch_v2.sql and its
+steps); its Python reference model is in tests/.
 
 - `alerts`: Webhook alerts of `ration notify`: which events, the body a receiver gets, its
   signature.

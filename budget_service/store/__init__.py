@@ -5,7 +5,7 @@ forward-only numbered migrations.
 - `changes`: Budget SQL of a call's changes: one statement writes the run, pools, holds, ledger,
   events.
 - `decisions`: Budget SQL of the per-call protocol: a batch of one tenant decided by
-  budget.decide_v1.
+  budget.decide_v2.
 - `event_hub`: Live run events: one LISTEN connection per process fanning out to per-run
   subscribers.
 - `locked_writes`: Budget SQL of the locked write path: lock a run and its pools, expire, write all

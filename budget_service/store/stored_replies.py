@@ -1,6 +1,6 @@
 """Stored replies of Reserve, Consume and Release: the JSON documents the request log keeps.
 
-budget.decide_v1 (migrations 0006, 0010) builds them in SQL; the encoders here write the same
+budget.decide_v2 (store/functions/reply_v2.sql) builds them in SQL; the encoders here write the same
 shape (the test oracle uses them). A reply is decoded back into the domain result for the servicer,
 fresh or replayed alike: a view whose fields are decoded when first read, and whose `reply` is
 the document itself, which the API converts straight into its response
