@@ -14,7 +14,7 @@ CREATE OR REPLACE FUNCTION budget.consume_item_v2(
     OUT hold_state text, OUT ledger budget.engine_ledger_v2,
     OUT events budget.engine_event_v2[],
     OUT reason text, OUT advisory_reason text, OUT denied text)  -- (a Reserve's, unused)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 DECLARE
     fields constant text[] := ARRAY['tokens', 'cost_nanos', 'tool_calls', 'retries',
                                      'model_calls'];

@@ -8,7 +8,7 @@
 CREATE OR REPLACE FUNCTION budget.consume_pool_v2(
     INOUT pool budget.engine_pool_v2, usage bigint[], settled bigint[], reservation text,
     OUT events budget.engine_event_v2[], OUT crossed text[], OUT exhausted text[])
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 DECLARE
     names constant text[] := ARRAY['tokens', 'cost', 'toolCalls', 'retries', 'modelCalls'];
     lim bigint; used bigint;

@@ -12,7 +12,7 @@ CREATE OR REPLACE FUNCTION budget.consume_run_v2(
     INOUT run budget.engine_run_v2, usage bigint[], settled bigint[], advisory boolean,
     OUT events budget.engine_event_v2[], OUT crossed text[], OUT exhausted text[],
     OUT breached text[])
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 DECLARE
     names constant text[] := ARRAY['tokens', 'cost', 'toolCalls', 'retries'];
     kinds constant text[] :=

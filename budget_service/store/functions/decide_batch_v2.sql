@@ -168,9 +168,13 @@ BEGIN
                                    AND coalesce(it.model, '') <> '' THEN 1 ELSE 0 END];
         -- The pool rows it draws on: a named open hold's own, else the run's current windows.
         slots := budget.matching_pools_v2(runs[k].pools, pools, it.model);
-        h := CASE WHEN it.kind IN ('consume', 'release') AND it.reservation_id <> '' THEN
-                 (SELECT y.ordinality FROM unnest(holds) WITH ORDINALITY y
-                  WHERE y.reservation_id = it.reservation_id AND y.run = k LIMIT 1) END;
+        h := NULL;
+        FOR y IN 1..CASE WHEN it.kind IN ('consume', 'release') AND it.reservation_id <> ''
+                         THEN cardinality(holds) ELSE 0 END LOOP
+            CONTINUE WHEN holds[y].reservation_id <> it.reservation_id OR holds[y].run <> k;
+            h := y;
+            EXIT;
+        END LOOP;
         IF h IS NOT NULL AND (it.kind = 'release' OR holds[h].state = 'open') THEN
             slots := holds[h].pools;
         END IF;
@@ -213,9 +217,8 @@ BEGIN
         q_req := q_req || it.request_id;
         q_fp := q_fp || it.fingerprint;
         q_resp := q_resp || responses[i];
-        tallies[i] := tallies[i] || jsonb_build_object('events', to_jsonb(ARRAY(
-            SELECT e.type FROM unnest(step.events) WITH ORDINALITY e
-            WHERE e.run_id IS NOT NULL ORDER BY e.ordinality)));
+        tallies[i] := tallies[i] || jsonb_build_object('events', budget.run_event_types_v2(
+            step.events));
     END LOOP;
     IF NOT p_read_only THEN  -- 6. Writes.
         PERFORM budget.write_balances_v2(tenant, runs, pools, v_now);

@@ -9,7 +9,7 @@ CREATE OR REPLACE FUNCTION budget.expire_holds_v2(
     INOUT runs budget.engine_run_v2[], INOUT pools budget.engine_pool_v2[],
     INOUT holds budget.engine_hold_v2[], now timestamptz,
     OUT ledger budget.engine_ledger_v2[])
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 #variable_conflict use_variable
 DECLARE
     ended record; held_on budget.engine_pool_v2[]; k integer;

@@ -10,7 +10,7 @@ CREATE OR REPLACE FUNCTION budget.hold_end_v2(
     INOUT run budget.engine_run_v2, INOUT pools budget.engine_pool_v2[],
     INOUT hold budget.engine_hold_v2, ending text, request_id text,
     OUT ledger budget.engine_ledger_v2)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 BEGIN
     FOR d IN 1..4 LOOP
         IF hold.granted[d] > run.held[d] THEN

@@ -6,7 +6,7 @@
 -- recorded, without it: the provider billed the call (DESIGN 3.3). Both write nothing.
 CREATE OR REPLACE FUNCTION budget.hold_refusal_v2(
     item budget.decide_item_v2, hold budget.engine_hold_v2) RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE
         WHEN item.kind = 'release' AND item.reservation_id = '' THEN
             jsonb_build_object('reason', 'RESERVATION_NOT_FOUND')

@@ -3,9 +3,16 @@
 -- match (a call naming no model matches none of them). Canonical order kept.
 CREATE OR REPLACE FUNCTION budget.matching_pools_v2(
     slots integer[], pools budget.engine_pool_v2[], model text) RETURNS integer[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(array_agg(u.m ORDER BY u.o), '{}')
-    FROM unnest(slots) WITH ORDINALITY AS u(m, o)
-    WHERE (pools[u.m]).model_match IS NULL
-       OR (model <> '' AND budget.glob_matches((pools[u.m]).model_match, model))
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    kept integer[] := '{}';
+BEGIN
+    FOR b IN 1..coalesce(cardinality(slots), 0) LOOP
+        IF pools[slots[b]].model_match IS NULL
+           OR (model <> '' AND budget.glob_matches(pools[slots[b]].model_match, model)) THEN
+            kept := kept || slots[b];
+        END IF;
+    END LOOP;
+    RETURN kept;
+END;
 $$;

@@ -8,7 +8,7 @@ CREATE OR REPLACE FUNCTION budget.release_item_v2(
     -- The other item kinds' outputs, unused here: every kind answers the same fields.
     OUT events budget.engine_event_v2[], OUT overrun bigint[], OUT hold_state text,
     OUT reason text, OUT advisory_reason text, OUT denied text)
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 DECLARE
     ended record;
 BEGIN

@@ -6,7 +6,7 @@
 -- expiry: they no longer count.
 CREATE OR REPLACE FUNCTION budget.reply_dimensions_v2(
     run budget.engine_run_v2, pools budget.engine_pool_v2[]) RETURNS json
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 DECLARE
     names constant text[] := ARRAY['tokens', 'cost', 'toolCalls', 'retries', 'modelCalls'];
     status text := '';

@@ -10,20 +10,25 @@ CREATE OR REPLACE FUNCTION budget.reply_v2(
     hold budget.engine_hold_v2, hold_pools budget.engine_pool_v2[], reason text,
     advisory_reason text, denied text, model text, overrun bigint[], hold_state text)
 RETURNS bytea
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT convert_to(CASE kind
-        WHEN 'check' THEN json_build_object(
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
+BEGIN
+    IF kind = 'check' THEN
+        RETURN convert_to(json_build_object(
             'reason', reason, 'advisory_reason', advisory_reason, 'state', run.state,
             'dimensions', budget.reply_dimensions_v2(run, run_pools),
             'denied_by', CASE WHEN model = '' THEN NULL ELSE coalesce(denied, '') END,
-            'denied_by_id', budget.scope_id_of_v2(run, denied))
-        WHEN 'consume' THEN json_build_object(
+            'denied_by_id', budget.scope_id_of_v2(run, denied))::text, 'UTF8');
+    ELSIF kind = 'consume' THEN
+        RETURN convert_to(json_build_object(
             'overrun', overrun, 'dimensions', budget.reply_dimensions_v2(run, run_pools),
-            'state', run.state, 'hold_state', hold_state)
-        WHEN 'reserve' THEN json_build_object(
+            'state', run.state, 'hold_state', hold_state)::text, 'UTF8');
+    ELSIF kind = 'reserve' THEN
+        RETURN convert_to(json_build_object(
             'hold', budget.hold_doc_v2(run.run_id, hold, hold_pools),
             'dimensions', budget.reply_dimensions_v2(run, run_pools),
-            'advisory_reason', advisory_reason)
-        ELSE json_build_object('hold', budget.hold_doc_v2(run.run_id, hold, hold_pools))
-        END::text, 'UTF8')
+            'advisory_reason', advisory_reason)::text, 'UTF8');
+    END IF;
+    RETURN convert_to(json_build_object(
+        'hold', budget.hold_doc_v2(run.run_id, hold, hold_pools))::text, 'UTF8');
+END;
 $$;

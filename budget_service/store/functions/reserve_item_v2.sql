@@ -78,7 +78,7 @@ BEGIN
         tally := jsonb_build_object(
             'outcome', 'refused', 'reason', reason,
             'scope', coalesce(refusal ->> 'scope', 'run'),
-            'events', to_jsonb(ARRAY(SELECT e.type FROM unnest(events) e)))
+            'events', budget.run_event_types_v2(events))
             || CASE WHEN v.breach_dim IS NULL THEN '{}'::jsonb
                     ELSE jsonb_build_object('breach_dim', names[v.breach_dim]) END;
         RETURN;

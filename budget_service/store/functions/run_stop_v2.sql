@@ -7,7 +7,7 @@
 CREATE OR REPLACE FUNCTION budget.run_stop_v2(
     INOUT run budget.engine_run_v2, d integer, lim bigint, used bigint, observed bigint,
     scope text, scope_id text, OUT events budget.engine_event_v2[])
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE AS $$
 DECLARE
     names constant text[] := ARRAY['tokens', 'cost', 'toolCalls', 'retries', 'modelCalls'];
 BEGIN

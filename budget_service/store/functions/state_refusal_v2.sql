@@ -5,7 +5,7 @@
 -- is RUN_CLOSED. Consume is never refused for the run's state. The oracle's twin:
 -- tests/support/oracle.py `state_refusal`.
 CREATE OR REPLACE FUNCTION budget.state_refusal_v2(run budget.engine_run_v2) RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
     SELECT CASE WHEN run.state = 'active' THEN NULL ELSE
         jsonb_build_object(
             'reason', CASE run.state WHEN 'failed' THEN 'BUDGET_EXHAUSTED'
