@@ -168,13 +168,8 @@ BEGIN
                                    AND coalesce(it.model, '') <> '' THEN 1 ELSE 0 END];
         -- The pool rows it draws on: a named open hold's own, else the run's current windows.
         slots := budget.matching_pools_v2(runs[k].pools, pools, it.model);
-        h := NULL;
-        FOR y IN 1..CASE WHEN it.kind IN ('consume', 'release') AND it.reservation_id <> ''
-                         THEN cardinality(holds) ELSE 0 END LOOP
-            CONTINUE WHEN holds[y].reservation_id <> it.reservation_id OR holds[y].run <> k;
-            h := y;
-            EXIT;
-        END LOOP;
+        h := CASE WHEN it.kind IN ('consume', 'release') AND it.reservation_id <> ''
+                  THEN budget.hold_at_v2(holds, it.reservation_id, k) END;
         IF h IS NOT NULL AND (it.kind = 'release' OR holds[h].state = 'open') THEN
             slots := holds[h].pools;
         END IF;
