@@ -2,12 +2,13 @@
 --
 -- Consume is never refused: the provider already billed it. Per dimension: consumed grows by
 -- the usage, held shrinks by what the settled hold held. Per bounded dimension the usage
--- touches, in order: budget.consumed; budget.threshold.crossed once; budget.exhausted once
--- (consumed >= limit); and when consumed > limit on an ACTIVE run, in hard mode, cap.breached.
--- Exactly spent is exhausted, not breached; a stopped or closed run had its breach. Advisory
--- mode emits no cap.breached and never stops the run (RFC 0084 section E). The first breached
--- dimension stops the run (budget.run_stop_v2). `crossed`, `exhausted` and `breached` name
--- what this usage newly set. The oracle's twin: tests/support/oracle.py `apply_consume`.
+-- touches, in order: budget.consumed; budget.threshold.crossed and budget.exhausted, once
+-- each (budget.consumption_marks_v2); and when consumed > limit on an ACTIVE run, in hard
+-- mode, cap.breached. Exactly spent is exhausted, not breached; a stopped or closed run had
+-- its breach. Advisory mode emits no cap.breached and never stops the run (RFC 0084 section
+-- E). The first breached dimension stops the run (budget.run_stop_v2). `crossed`,
+-- `exhausted` and `breached` name what this usage newly set. The oracle's twin:
+-- tests/support/oracle.py `apply_consume`.
 CREATE OR REPLACE FUNCTION budget.consume_run_v2(
     INOUT run budget.engine_run_v2, usage bigint[], settled bigint[], advisory boolean,
     OUT events budget.engine_event_v2[], OUT crossed text[], OUT exhausted text[],
@@ -17,7 +18,7 @@ DECLARE
     names constant text[] := ARRAY['tokens', 'cost', 'toolCalls', 'retries'];
     kinds constant text[] :=
         ARRAY['budget-tokens', 'budget-cost', 'budget-tool-calls', 'budget-retries'];
-    lim bigint; used bigint; first_breach integer; stop record;
+    lim bigint; used bigint; first_breach integer; stop record; marks record;
 BEGIN
     events := '{}'; crossed := '{}'; exhausted := '{}'; breached := '{}';
     FOR d IN 1..4 LOOP
@@ -31,24 +32,20 @@ BEGIN
             budget.amount_text(d, used), budget.amount_text(d, lim),
             budget.amount_text(d, greatest(0, lim - used))));
         run.events := run.events + 1;
-        IF (run.crossed >> (d - 1)) & 1 = 0
-           AND budget.threshold_reached_v2(used, lim, run.threshold_percent) THEN
-            run.crossed := run.crossed | (1 << (d - 1));
+        marks := budget.consumption_marks_v2(d, used, lim, run.threshold_percent, run.crossed,
+                                             run.exhausted);
+        IF marks.crossed <> run.crossed THEN
             crossed := crossed || names[d];
-            events := events || budget.run_event_v2(run, 'budget.threshold.crossed', format(
-                '{"dimension":"%s","consumed":%s,"limit":%s,"percent":%s}', names[d],
-                budget.amount_text(d, used), budget.amount_text(d, lim),
-                run.threshold_percent));
-            run.events := run.events + 1;
         END IF;
-        IF (run.exhausted >> (d - 1)) & 1 = 0 AND used >= lim THEN
-            run.exhausted := run.exhausted | (1 << (d - 1));
+        IF marks.exhausted <> run.exhausted THEN
             exhausted := exhausted || names[d];
-            events := events || budget.run_event_v2(run, 'budget.exhausted', format(
-                '{"dimension":"%s","consumed":%s,"limit":%s}', names[d],
-                budget.amount_text(d, used), budget.amount_text(d, lim)));
-            run.events := run.events + 1;
         END IF;
+        run.crossed := marks.crossed;
+        run.exhausted := marks.exhausted;
+        FOR e IN 1..cardinality(marks.types) LOOP
+            events := events || budget.run_event_v2(run, marks.types[e], marks.payloads[e]);
+            run.events := run.events + 1;
+        END LOOP;
         CONTINUE WHEN used <= lim OR run.state <> 'active';
         IF NOT advisory THEN
             run.breached := run.breached | (1 << (d - 1));
