@@ -137,7 +137,7 @@ def nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 def tenant_reads(statement: dict[str, Any]) -> list[str]:
     """What in one nested statement's plan reads more of a tenant than the batch's keys: a
     sequential scan, a key list applied as a filter instead of an index condition, a hash or
-    merge join over a probed table, or many rows read and thrown away."""
+    merge join over a probed table, many rows read and thrown away, or just many rows read."""
     wrong = []
     text = statement.get("Query Text", "")
     for node in nodes(statement["Plan"]):
@@ -155,6 +155,11 @@ def tenant_reads(statement: dict[str, Any]) -> list[str]:
             wrong.append(f"{node['Filter']} filtered on {table} in {text!r}")
         if node.get("Rows Removed by Filter", 0) > 100:
             wrong.append(f"{node['Rows Removed by Filter']} rows of {table} thrown away: {text!r}")
+        # A batch has a handful of keys: reading many rows means reading the tenant (e.g. a
+        # join that walks the tenant's rows and looks each up among the keys).
+        read = node.get("Actual Rows", 0) * node.get("Actual Loops", 1)
+        if read > 100:
+            wrong.append(f"{read} rows of {table} read: {text!r}")
     return wrong
 
 
