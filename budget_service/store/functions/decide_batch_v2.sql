@@ -105,10 +105,7 @@ BEGIN
         RETURN;
     END IF;
     -- 1. The batch's keys: its runs, and the holds its Consume and Release items name.
-    run_ids := ARRAY(SELECT DISTINCT x.run_id FROM unnest(p_items) x);
-    SELECT coalesce(array_agg(x.run_id), '{}'), coalesce(array_agg(x.reservation_id), '{}')
-    INTO named_runs, named_ids
-    FROM unnest(p_items) x WHERE x.kind IN ('consume', 'release') AND x.reservation_id <> '';
+    SELECT * INTO run_ids, named_runs, named_ids FROM budget.batch_keys_v2(p_items);
     -- 2. The runs, locked; then the stored replies, read once the runs are locked: a twin on
     -- the same run that committed while this batch waited for the lock replays.
     loaded := budget.lock_runs_v2(tenant, run_ids, p_read_only, v_now);
@@ -117,7 +114,7 @@ BEGIN
         SELECT * INTO outcomes, responses
         FROM budget.stored_replies_v2(tenant, p_items, outcomes, responses);
     END IF;
-    run_ids := ARRAY(SELECT r.run_id FROM unnest(runs) WITH ORDINALITY r ORDER BY r.ordinality);
+    run_ids := loaded.found_ids;  -- the runs found, in the order of `runs`
     FOR i IN 1..n LOOP  -- each run's first request decided here (its 'expire' rows carry it)
         CONTINUE WHEN outcomes[i] IS NOT NULL;
         k := array_position(run_ids, p_items[i].run_id);
@@ -139,8 +136,10 @@ BEGIN
         pools := budget.lock_pool_rows_v2(tenant, pools, p_read_only, deciding, v_now);
     END IF;
     -- 4. Expiry: the deciding runs' overdue holds end first.
-    SELECT * INTO runs, pools, holds, ledger
-    FROM budget.expire_holds_v2(runs, pools, holds, v_now);
+    IF cardinality(holds) > 0 THEN
+        SELECT * INTO runs, pools, holds, ledger
+        FROM budget.expire_holds_v2(runs, pools, holds, v_now);
+    END IF;
     -- 5. Each item in arrival order, against what the items before it left.
     FOR i IN 1..n LOOP
         CONTINUE WHEN outcomes[i] IS NOT NULL;
@@ -167,7 +166,8 @@ BEGIN
                          CASE WHEN it.kind IN ('reserve', 'check', 'consume')
                                    AND coalesce(it.model, '') <> '' THEN 1 ELSE 0 END];
         -- The pool rows it draws on: a named open hold's own, else the run's current windows.
-        slots := budget.matching_pools_v2(runs[k].pools, pools, it.model);
+        slots := CASE WHEN cardinality(runs[k].pools) = 0 THEN '{}'
+                      ELSE budget.matching_pools_v2(runs[k].pools, pools, it.model) END;
         h := CASE WHEN it.kind IN ('consume', 'release') AND it.reservation_id <> ''
                   THEN budget.hold_at_v2(holds, it.reservation_id, k) END;
         IF h IS NOT NULL AND (it.kind = 'release' OR holds[h].state = 'open') THEN
@@ -206,8 +206,9 @@ BEGIN
         -- The reply: balances after this decision (the run, then its current pool windows).
         responses[i] := budget.reply_v2(
             it.kind, runs[k], budget.pools_at_v2(pools, runs[k].pools), holds[h],
-            budget.pools_at_v2(pools, holds[h].pools), step.reason, step.advisory_reason,
-            step.denied, it.model, step.overrun, step.hold_state);
+            CASE WHEN h IS NULL THEN '{}' ELSE budget.pools_at_v2(pools, holds[h].pools) END,
+            step.reason, step.advisory_reason, step.denied, it.model, step.overrun,
+            step.hold_state);
         CONTINUE WHEN it.kind = 'check';
         q_req := q_req || it.request_id;
         q_fp := q_fp || it.fingerprint;

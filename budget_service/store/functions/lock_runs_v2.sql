@@ -7,10 +7,11 @@
 -- the tenant's runs filtered by the keys, whatever the statistics); the keys are sorted first
 -- and each probe locks its row, so rows are locked in that order. `any_pools`: some run draws
 -- on pooled budgets; `any_overdue`: some run has an open hold past its expiry. A run id
--- not found is simply absent (RUN_NOT_FOUND for its items).
+-- not found is simply absent (RUN_NOT_FOUND for its items); `found_ids` lists `runs` ids.
 CREATE OR REPLACE FUNCTION budget.lock_runs_v2(
     tenant text, run_ids text[], read_only boolean, now timestamptz,
-    OUT runs budget.engine_run_v2[], OUT any_pools boolean, OUT any_overdue boolean)
+    OUT runs budget.engine_run_v2[], OUT found_ids text[], OUT any_pools boolean,
+    OUT any_overdue boolean)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_variable
 BEGIN
@@ -34,16 +35,18 @@ BEGIN
                s.stopped_consumed, s.stopped_observed, s.stopped_scope, s.stopped_scope_id,
                '{}'::integer[], NULL::text, 0, 0, 0, false)::budget.engine_run_v2
                ORDER BY s.run_id COLLATE "C"),
+           array_agg(s.run_id ORDER BY s.run_id COLLATE "C"),
            coalesce(bool_or(cardinality(s.pool_scopes) > 0), false),
            coalesce(bool_or(EXISTS (
                SELECT FROM budget.holds o
                WHERE o.tenant_id = tenant AND o.run_id = s.run_id AND o.state = 'open'
                  AND o.expires_at <= now)), false)
-    INTO runs, any_pools, any_overdue
+    INTO runs, found_ids, any_pools, any_overdue
     FROM unnest(run_ids) AS w(run_id)
     CROSS JOIN LATERAL (
         SELECT * FROM budget.runs u
         WHERE u.tenant_id = tenant AND u.run_id = w.run_id LIMIT 1) s;
     runs := coalesce(runs, '{}');
+    found_ids := coalesce(found_ids, '{}');
 END;
 $$;

@@ -7,6 +7,9 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     picked budget.engine_pool_v2[] := '{}';
 BEGIN
+    IF coalesce(cardinality(slots), 0) = 0 THEN
+        RETURN picked;
+    END IF;
     FOR b IN 1..coalesce(cardinality(slots), 0) LOOP
         picked := picked || pools[slots[b]];
     END LOOP;
