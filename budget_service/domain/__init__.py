@@ -1,8 +1,9 @@
 """The budget domain, opened first: dimensions and policies, run and hold state, typed events,
 refusals and input rules, as pure functions over dataclasses (standard library and
 servicekit.errors only). The database arbitrates every balance change: the engine's functions in
-store/functions/ (decide_v1.sql, and close_run_v1.sql and the other lifecycle functions); its
-Python reference model is in tests/support/.
+store/functions/ (decide_v2.sql, the engine decide_batch_v2.sql and its steps, and
+close_run_v1.sql and the other lifecycle functions); its Python reference model is in
+tests/support/.
 
 - `alerts`: Webhook alerts of `ration notify`: which events, the body a receiver gets, its
   signature.

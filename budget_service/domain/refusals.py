@@ -155,7 +155,7 @@ _STATE_MESSAGES = {
 
 
 def refusal_error(facts: Mapping[str, Any]) -> DomainError:
-    """The DomainError of a refusal the ledger decided (budget.decide_v1), from its facts.
+    """The DomainError of a refusal the ledger decided (budget.decide_v2), from its facts.
 
     Only the wording and error details live here; which refusal applies is the database's."""
     reason = str(facts["reason"])

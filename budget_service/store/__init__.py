@@ -3,7 +3,7 @@ row <-> record mapping, the stored reply documents, the LISTEN hub for live even
 forward-only numbered migrations.
 
 - `decisions`: Budget SQL of the per-call protocol: a batch of one tenant decided by
-  budget.decide_v1.
+  budget.decide_v2.
 - `event_hub`: Live run events: one LISTEN connection per process fanning out to per-run
   subscribers.
 - `functions/`: the engine's stored functions, one per file (the ledger's only writer).

@@ -1,11 +1,13 @@
 """Budget SQL of the per-call protocol: a batch of Reserve, Consume, Release (or Check) items of
-one tenant, decided by `budget.decide_v1` (migration 0006, replaced by 0010) in one statement.
+one tenant, decided by `budget.decide_v2` (store/functions/) in one statement.
 
-The function holds every rule; this module only passes the batch as arrays and reads the
-per-item answers back. The statement is its own transaction (no BEGIN/COMMIT round trips):
-when it returns, the batch has committed. A twin request id that another replica committed
-while the batch waited for its locks fails the request-log insert with unique_violation; the
-statement rolled back as a whole and runs again, and then replays the twin's reply.
+The engine holds every rule; this module only passes the batch as one array of
+`budget.decide_item_v2` (asyncpg encodes a composite from a tuple in the type's field order)
+and reads the per-item answers back. The statement is its own transaction (no BEGIN/COMMIT
+round trips): when it returns, the batch has committed. A twin request id that another
+replica committed while the batch waited for its locks fails the request-log insert with
+unique_violation; the statement rolled back as a whole and runs again, and then replays the
+twin's reply.
 """
 
 from __future__ import annotations
@@ -30,10 +32,8 @@ DONE, REPLAY, REUSED, NOT_FOUND, REFUSED, INVALID, CHECKED = (
 )
 
 _DECIDE = (
-    "SELECT outcomes, responses, refusals, tallies FROM budget.decide_v1("
-    "$1, $2, $3, $4::text[], $5::text[], $6::bytea[], $7::text[], $8::text[], $9::text[],"
-    " $10::bigint[], $11::bigint[], $12::bigint[], $13::bigint[], $14::boolean[],"
-    " $15::integer[])"
+    "SELECT outcomes, responses, refusals, tallies"
+    " FROM budget.decide_v2($1, $2, $3, $4::budget.decide_item_v2[])"
 )
 
 _TWIN = (asyncpg.exceptions.UniqueViolationError,)
@@ -66,6 +66,25 @@ def _loads(value: str | None) -> dict[str, Any] | None:
     return None if value is None else dict(json.loads(value))
 
 
+def _composite(i: Item) -> tuple[object, ...]:
+    """The item as a `budget.decide_item_v2`, field for field (migration 0014)."""
+    tokens, cost_nanos, tool_calls, retries = i.amounts
+    return (
+        i.kind,
+        i.request_id,
+        i.fingerprint,
+        i.run_id,
+        i.reservation_id,
+        i.model,
+        tokens,
+        cost_nanos,
+        tool_calls,
+        retries,
+        i.up_to,
+        i.ttl_seconds,
+    )
+
+
 async def _call(
     conn: asyncpg.Connection, tenant: str, items: Sequence[Item], host_advisory: bool, check: bool
 ) -> list[Answer]:
@@ -74,18 +93,7 @@ async def _call(
         tenant,
         host_advisory,
         check,
-        [i.kind for i in items],
-        [i.request_id for i in items],
-        [i.fingerprint for i in items],
-        [i.run_id for i in items],
-        [i.reservation_id for i in items],
-        [i.model for i in items],
-        [i.amounts[0] for i in items],
-        [i.amounts[1] for i in items],
-        [i.amounts[2] for i in items],
-        [i.amounts[3] for i in items],
-        [i.up_to for i in items],
-        [i.ttl_seconds for i in items],
+        [_composite(i) for i in items],
     )
     return [
         Answer(outcome, None if response is None else bytes(response), _loads(r), _loads(t))

@@ -218,7 +218,7 @@ class EventHub:
                 await conn.fetchval("SELECT 1", timeout=self._ping_seconds)
 
     async def _poll_until_closed(self, db: Database) -> None:
-        """Citus: a NOTIFY sent where a delegated decide_v1 runs (the worker holding the
+        """Citus: a NOTIFY sent where a delegated decide_v2 runs (the worker holding the
         tenant's shard) never reaches a listener on the coordinator. So every poll interval,
         one single-shard read per tenant of the runs streamed here; a subscription is woken
         when its run's next_seq differs from the last one seen (also the first time, so an

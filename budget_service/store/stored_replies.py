@@ -1,9 +1,9 @@
 """Stored replies of Reserve, Consume and Release: the JSON documents the request log keeps.
 
-budget.decide_v1 (migrations 0006, 0010) builds them in SQL; the test oracle's encoders of the
-same shape are in tests/support/stored_reply_encoders.py. A reply is decoded back into the domain
-result for the servicer, fresh or replayed alike: a view whose fields are decoded when first
-read, and whose `reply` is the document itself, which the API converts straight into its
+budget.decide_v2 (store/functions/reply_v2.sql) builds them in SQL; the test oracle's encoders of
+the same shape are in tests/support/stored_reply_encoders.py. A reply is decoded back into the
+domain result for the servicer, fresh or replayed alike: a view whose fields are decoded when
+first read, and whose `reply` is the document itself, which the API converts straight into its
 response (budget_service/api/responses.py), so the hot path builds no domain value it does not
 read.
 Dimensions are arrays in Dimension order; times are microseconds since the Unix epoch (exact,

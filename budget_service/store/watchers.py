@@ -30,7 +30,7 @@ INSERT INTO budget.watchers (tenant_id, run_id, hub_id)
 SELECT run.tenant_id, run.run_id, $3 FROM run
 ON CONFLICT (tenant_id, run_id, hub_id) DO UPDATE SET seen_at = EXCLUDED.seen_at"""
 
-# Where NOTIFY cannot reach the listener (Citus: decide_v1 runs on the worker that holds the
+# Where NOTIFY cannot reach the listener (Citus: decide_v2 runs on the worker that holds the
 # tenant's shard), the event hub polls the runs its subscribers follow instead: a run's
 # next_seq moves with every event written to its log, in the transaction that writes it.
 _NEXT_SEQS = "SELECT run_id, next_seq FROM budget.runs WHERE tenant_id = $1 AND run_id = ANY($2)"

@@ -1,9 +1,10 @@
 """Budget use cases of the per-call protocol: Reserve, Consume, Release and Check.
 
-The ledger decides (DESIGN 3.3): every rule runs in the database, in `budget.decide_v1`
-(migration 0006, replaced by 0010); this module turns a call into a batch item, hands it to
-the process's group-commit batcher (servicekit/batching.py, one queue per tenant), and turns
-the answer back into the call's result or error and its metrics. Nothing here judges a call.
+The ledger decides (DESIGN 3.3): every rule runs in the database, in `budget.decide_v2`
+(store/functions/decide_v2.sql and the engine it calls); this module turns a call into a
+batch item, hands it to the process's group-commit batcher (servicekit/batching.py, one queue
+per tenant), and turns the answer back into the call's result or error and its metrics.
+Nothing here judges a call.
 
 Reserve, Consume and Release of a tenant that arrive while its previous batches are at the
 database go together as one statement and one transaction; each caller is answered after

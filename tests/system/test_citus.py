@@ -136,6 +136,7 @@ def test_migrate_distribute_puts_every_tenant_table_on_one_colocated_shard_set(
         line.startswith("distributed budget.runs by tenant_id") for line in stack.migrate_output
     )
     assert any("delegated budget.decide_v1(" in line for line in stack.migrate_output)
+    assert any("delegated budget.decide_v2(" in line for line in stack.migrate_output)
     # The README step is idempotent: a second run finds nothing left to do.
     again = _ration(["migrate", "--distribute"], stack.database.owner_url)
     assert again == ["migrations: up to date", "citus: everything distributed"]
@@ -171,7 +172,9 @@ def test_migrate_distribute_puts_every_tenant_table_on_one_colocated_shard_set(
         )
     )
     names = {d["f"].split("(")[0] for d in delegated}
-    assert "budget.decide_v1" in names
+    assert {"budget.decide_v1", "budget.decide_v2"} <= names
+    # The engine and its steps run inside the delegated call, on the tenant's worker.
+    assert "budget.decide_batch_v2" not in names
     assert all(d["force_delegation"] for d in delegated)
 
 
@@ -281,10 +284,15 @@ async def test_every_statement_of_the_services_is_single_shard(stack: Stack) -> 
                 " ARRAY[1]::bigint[], ARRAY[0]::bigint[], ARRAY[0]::bigint[],"
                 " ARRAY[0]::bigint[], ARRAY[false], ARRAY[0])"
             )
+            plan_v2 = await app.fetch(
+                "EXPLAIN SELECT * FROM budget.decide_v2('dev', false, true, ARRAY[ROW('check',"
+                " '', ''::bytea, 'race', '', 'm', 1, 0, 0, 0, false, 0)::budget.decide_item_v2])"
+            )
     finally:
         await app.close()
-    text = "\n".join(r[0] for r in plan)
-    assert "Task Count: 1" in text, text
+    for explained in (plan, plan_v2):
+        text = "\n".join(r[0] for r in explained)
+        assert "Task Count: 1" in text, text
     log = "".join(stack.services.errors)
     assert "multi-task" not in log, log[-3000:]
 

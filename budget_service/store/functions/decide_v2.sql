@@ -1,0 +1,23 @@
+-- budget.decide_v2: The entry point of the engine: one tenant's batch of Reserve, Consume,
+-- Release (or, read-only, Check) items, decided and committed as one statement.
+--
+-- p_items is one array of budget.decide_item_v2 (migration 0014), in arrival order; the answer
+-- is one element per item in each of the four arrays (see decide_batch_v2.sql, the engine).
+-- Its tenant argument is p_tenant, so on Citus the call is delegated to the worker that holds
+-- the tenant's shard (servicekit/citus.py), where the engine runs as a local call.
+CREATE OR REPLACE FUNCTION budget.decide_v2(
+    p_tenant text, p_host_advisory boolean, p_read_only boolean,
+    p_items budget.decide_item_v2[],
+    OUT outcomes text[], OUT responses bytea[], OUT refusals jsonb[], OUT tallies jsonb[])
+LANGUAGE plpgsql
+-- Generic plans: the engine's statements are the same for every batch, and custom plans
+-- (chosen for array arguments) would be planned again on every call. The setting holds for
+-- the whole call, the engine's nested functions included.
+SET plan_cache_mode = force_generic_plan
+AS $$
+BEGIN
+    SELECT d.outcomes, d.responses, d.refusals, d.tallies
+    INTO outcomes, responses, refusals, tallies
+    FROM budget.decide_batch_v2(p_tenant, p_host_advisory, p_read_only, p_items) d;
+END;
+$$;
