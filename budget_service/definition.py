@@ -12,6 +12,8 @@ from budget_service.api.servicer import BudgetServicer
 from budget_service.domain.tenant_events import PollBackoff
 from budget_service.store.changes import EVENTS_CHANNEL
 from budget_service.store.event_hub import EventHub
+from budget_service.usecases.api_keys import ApiKeys
+from budget_service.usecases.key_cache import KeyCache
 from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
@@ -64,7 +66,9 @@ def factory(settings: BudgetSettings) -> AppFactory:
                 StreamSlots(settings.max_tenant_streams_per_tenant),
                 PollBackoff(TENANT_STREAM_FIRST_POLL_SECONDS, settings.tenant_stream_poll_seconds),
             ),
+            ApiKeys(tx),
         )
+        issued = KeyCache(database, settings.api_key_refresh_seconds)
 
         def register(server: grpc.aio.Server) -> None:
             budget_service_pb2_grpc.add_BudgetServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
@@ -75,9 +79,10 @@ def factory(settings: BudgetSettings) -> AppFactory:
             error_domain="ration.budget.v1",
             migrations=[MIGRATIONS],
             register=register,
-            background=[hub.run, Sweeper(tx).run],
+            background=[hub.run, Sweeper(tx).run, issued.run],
             close=hub.close,
             roles=REQUIRED_ROLES,
+            issued_keys=issued,
         )
 
     return build

@@ -55,6 +55,8 @@ class Scope(enum.StrEnum):
     WORKFLOW = "workflow"
     AGENT = "agent"
     PROJECT = "project"
+    END_USER = "end_user"  # pooled budgets of the run's end_user_id
+    API_KEY = "api_key"  # pooled budgets of the issued key a run was opened with
 
 
 class ScopeBudgetKind(enum.StrEnum):
@@ -132,6 +134,9 @@ class SpendGroupBy(enum.StrEnum):
     MODEL = "model"
     DAY = "day"
     HOUR = "hour"
+    END_USER = "end_user"
+    API_KEY = "api_key"
+    TAG = "tag"  # the values of one tag key (tag_key=...)
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,9 @@ class Run:
     updated_at: datetime
     advisory: bool
     advisory_refusals: int
+    end_user_id: str = ""  # empty: none
+    api_key_id: str = ""  # the issued key the run was opened with, if any
+    tags: Mapping[str, str] = field(default_factory=dict)
 
     def status(self, dimension: Dimension) -> DimensionStatus:
         """The run's own status of a dimension (the server lists the run's four first)."""

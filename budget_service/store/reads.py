@@ -109,8 +109,9 @@ _INSERT_RUN = f"""
 INSERT INTO budget.runs (
     tenant_id, run_id, project_id, workflow_id, agent_id, open_fingerprint, state,
     {rows.columns("max")}, threshold_percent, on_exhaustion, binding, model_lists,
-    pool_scopes, pool_scope_ids, scope_advisory)
-VALUES ($1, $2, $3, $4, $5, $6, 'active', $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+    pool_scopes, pool_scope_ids, scope_advisory, end_user_id, api_key_id, tags)
+VALUES ($1, $2, $3, $4, $5, $6, 'active', $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+        $18, $19, $20)
 ON CONFLICT (tenant_id, run_id) DO NOTHING
 RETURNING *"""
 
@@ -217,6 +218,9 @@ async def insert_run(conn: asyncpg.Connection, tenant: str, run: RunRecord) -> R
         [p.scope.value for p in run.pools],
         [p.scope_id for p in run.pools],
         run.scope_advisory,
+        run.end_user_id,
+        run.api_key_id,
+        json.dumps(dict(run.tags)),
     )
     return None if row is None else rows.run_of(row)
 

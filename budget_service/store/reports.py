@@ -18,13 +18,17 @@ _KEYS = {
     SpendGroupBy.MODEL: "coalesce(l.model, '')",
     SpendGroupBy.DAY: _BUCKET.format(unit="day"),
     SpendGroupBy.HOUR: _BUCKET.format(unit="hour"),
+    SpendGroupBy.END_USER: "r.end_user_id",
+    SpendGroupBy.API_KEY: "r.api_key_id",
+    SpendGroupBy.TAG: "coalesce(r.tags ->> $12::text, '')",
 }
 _DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 # The ledger is append-only and a consume row holds exactly what Consume recorded (its
 # consumed_* deltas), so these sums are exact; the run row gives the owners OpenRun named.
 # Sums are numeric (no overflow in SQL); the caller refuses any past int64. $4..$7 are NULL
-# for no filter; $8 is the last key of the previous page (NULL on the first), $9 the limit.
+# for no filter; $8 is the last key of the previous page (NULL on the first), $9 the limit;
+# $10, $11 filter by end-user and key (NULL: none), $12 (TAG only) the tag key.
 _REPORT = """
 SELECT g.* FROM (
     SELECT {key} AS key,
@@ -39,6 +43,8 @@ SELECT g.* FROM (
       AND ($5::text IS NULL OR r.workflow_id = $5)
       AND ($6::text IS NULL OR r.agent_id = $6)
       AND ($7::text IS NULL OR l.model = $7)
+      AND ($10::text IS NULL OR r.end_user_id = $10)
+      AND ($11::text IS NULL OR r.api_key_id = $11)
     GROUP BY 1
 ) g
 WHERE $8::text IS NULL OR g.key COLLATE "C" > $8
@@ -68,6 +74,9 @@ async def report_spend(
         f.model or None,
         after_key,
         limit,
+        f.end_user_id or None,
+        f.api_key_id or None,
+        *((query.tag_key,) if query.group_by is SpendGroupBy.TAG else ()),
     )
     return [
         SpendRow(
