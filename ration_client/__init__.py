@@ -31,6 +31,7 @@ from ration_client.errors import (
     Unavailable,
 )
 from ration_client.holds import Hold, Prices, Reservation
+from ration_client.keys import ApiKey, ApiKeyPage, MintedKey
 from ration_client.memory import EntryInput, MemoryClient
 from ration_client.views import (
     Amounts,
@@ -68,6 +69,9 @@ from ration_client.views import (
 
 __all__ = [
     "Amounts",
+    "ApiKey",
+    "ApiKeyPage",
+    "MintedKey",
     "BudgetClient",
     "BudgetExhausted",
     "BudgetHeld",

@@ -17,6 +17,7 @@ from ration_client import convert
 from ration_client._rpc import Client, new_request_id
 from ration_client.errors import decode
 from ration_client.holds import Prices, Reservation, WorstCase
+from ration_client.keys import ApiKeysMixin
 from ration_client.views import (
     NANOS_PER_USD,
     Amounts,
@@ -52,7 +53,7 @@ AmountsInput = Amounts | budget_pb2.Amounts
 PolicyInput = Policy | budget_pb2.BudgetPolicy
 
 
-class BudgetClient(Client):
+class BudgetClient(ApiKeysMixin, Client):
     """Async client; address and token default to RATION_BUDGET_ADDRESS and RATION_TOKEN."""
 
     ADDRESS_VARIABLE = "RATION_BUDGET_ADDRESS"

@@ -375,7 +375,7 @@ def scope_budget_of(
     found += [
         f
         for f in v.validate_scope_budget(budget, "budget")
-        if not f.field.startswith("budget.policy")
+        if not f.field.startswith("budget.policy.")
     ]
     return budget
 

@@ -128,9 +128,7 @@ async def make_consumes(budget: BudgetClient, rng: random.Random, count: int) ->
                 request_id=request_id,
             )
         at = rng.choice((DAY_ONE, DAY_TWO)) + timedelta(seconds=rng.randrange(86_400))
-        made.append(
-            Made(request_id, project, workflow, agent, model, usage, at, end_user, team)
-        )
+        made.append(Made(request_id, project, workflow, agent, model, usage, at, end_user, team))
     return made
 
 
