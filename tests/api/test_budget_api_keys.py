@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import time
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,6 +37,7 @@ from ration_client import (
     Unauthenticated,
 )
 from tests.support.logcapture import JsonLines, debug_logs_fixture  # noqa: F401 (fixture)
+from tests.support.procs import BIN
 from tests.support.servers import StartServer, scrape
 
 ADMIN_TOKEN = "admin-token-of-tenant-a"
@@ -298,3 +301,44 @@ async def table_texts(db: asyncpg.Connection) -> list[str]:
         found = await db.fetch(f'SELECT t::text AS row FROM budget."{row["tablename"]}" t')
         texts += [r["row"] for r in found]
     return texts
+
+
+async def ration(*args: str, token: str) -> str:
+    """The `ration` command as users run it (a subprocess, so this loop keeps serving)."""
+    env = {**os.environ, "RATION_TOKEN": token}
+    process = await asyncio.create_subprocess_exec(
+        str(BIN / "ration"), *args, env=env, stdout=PIPE, stderr=PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def test_the_keys_command_creates_lists_rotates_and_revokes(
+    replicas: list[Replica],
+) -> None:
+    address = replicas[0].address
+    created = await ration(
+        "keys",
+        "--budget",
+        address,
+        "create",
+        "--role",
+        "writer",
+        "--max-tokens",
+        "100",
+        token=ADMIN_TOKEN,
+    )
+    key_id = created.split()[0]
+    secret = created.split("secret (shown once): ")[1].strip()
+    assert await works(replicas[1].address, secret)
+    listed = await ration("keys", "--budget", address, "list", token=ADMIN_TOKEN)
+    assert listed.split() == [key_id, "writer", key_id, "active", "budget"]
+    rotated = await ration(
+        "keys", "--budget", address, "rotate", key_id, "--overlap", "0", token=ADMIN_TOKEN
+    )
+    new = rotated.split("secret (shown once): ")[1].split()[0]
+    assert await works(address, new)
+    await ration("keys", "--budget", address, "revoke", key_id, token=ADMIN_TOKEN)
+    await refused_everywhere(replicas, new, REVOCATION_BOUND_SECONDS)
+    assert await ration("keys", "--budget", address, "list", token=ADMIN_TOKEN) == ""
