@@ -12,7 +12,7 @@ import json
 import os
 import time
 from asyncio.subprocess import PIPE
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -36,9 +36,9 @@ from ration_client import (
     SpendGroupBy,
     Unauthenticated,
 )
-from tests.support.logcapture import JsonLines, debug_logs_fixture  # noqa: F401 (fixture)
-from tests.support.procs import BIN
-from tests.support.servers import StartServer, scrape
+from tests.support.procs import BIN, Proc
+from tests.support.replicas import budget_processes
+from tests.support.servers import scrape
 
 ADMIN_TOKEN = "admin-token-of-tenant-a"
 OTHER_ADMIN = "admin-token-of-tenant-b"
@@ -66,16 +66,20 @@ def token_file(path: Path) -> Path:
 class Replica:
     address: str
     metrics_port: int
+    proc: Proc
 
 
 @pytest.fixture
-async def replicas(start_server: StartServer, tmp_path: Path) -> list[Replica]:
+def replicas(database_url: str, tmp_path: Path) -> Iterator[list[Replica]]:
+    """Two `ration budget serve` processes, each with its own key cache, on one database."""
     tokens = str(token_file(tmp_path / "tokens.json"))
-    found = []
-    for _ in range(2):  # two servers, each with its own key cache, on one database
-        runner = await start_server("budget", RATION_TOKEN_FILE=tokens)
-        found.append(Replica(f"127.0.0.1:{runner.port}", runner.metrics_port))
-    return found
+    with budget_processes(database_url, RATION_TOKEN_FILE=tokens, RATION_LOG_LEVEL="DEBUG") as ps:
+        yield [
+            Replica(
+                p.addresses["budget"], int(p.metrics["budget"].split("/")[-2].rsplit(":", 1)[1]), p
+            )
+            for p in ps
+        ]
 
 
 @pytest.fixture
@@ -237,7 +241,6 @@ async def test_no_key_or_end_user_id_is_stored_logged_exposed_or_in_an_event(
     replicas: list[Replica],
     admins: list[BudgetClient],
     db: asyncpg.Connection,
-    debug_logs: JsonLines,
 ) -> None:
     admin = admins[0]
     minted = await admin.create_api_key(["writer"], budget_policy=Policy(max_tokens=10**6))
@@ -264,7 +267,7 @@ async def test_no_key_or_end_user_id_is_stored_logged_exposed_or_in_an_event(
         await canary.get_run("leak")
     secrets = [minted.secret, rotated.secret]
     sources = {
-        "logs": "\n".join(debug_logs.lines),
+        "logs": "\n".join(line for r in replicas for line in r.proc.errors + r.proc.lines),
         "metrics": "\n".join(scrape(r.metrics_port) for r in replicas),
         "run events": json.dumps(
             [(e.type.value, e.payload_json) for e in await admin.list_events("leak")]

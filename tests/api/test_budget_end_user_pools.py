@@ -6,7 +6,7 @@ tenant stream carries the pool's own events; bad end-user ids, tags and budgets 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -28,7 +28,7 @@ from ration_client import (
     Window,
 )
 from tests.support.budget import Budget, pool_events
-from tests.support.servers import StartServer
+from tests.support.replicas import budget_processes
 
 POOL = 1000
 STEP = 40  # 25 steps spend the pool exactly
@@ -36,12 +36,16 @@ RUNS = [(f"run-{i}", "p-one" if i % 2 else "p-two") for i in range(12)]
 
 
 @pytest.fixture
-async def replicas(start_server: StartServer) -> AsyncIterator[list[BudgetClient]]:
-    """Two budget servers on one database, a client on each."""
-    clients = []
-    for _ in range(2):
-        runner = await start_server("budget")
-        clients.append(BudgetClient(f"127.0.0.1:{runner.port}"))
+def addresses(database_url: str) -> Iterator[list[str]]:
+    """Two `ration budget serve` processes on one database."""
+    with budget_processes(database_url) as procs:
+        yield [p.addresses["budget"] for p in procs]
+
+
+@pytest.fixture
+async def replicas(addresses: list[str]) -> AsyncIterator[list[BudgetClient]]:
+    """A client on each replica."""
+    clients = [BudgetClient(address) for address in addresses]
     yield clients
     for client in clients:
         await client.close()
@@ -68,7 +72,7 @@ async def spend(client: BudgetClient, run_id: str) -> tuple[int, list[BudgetExha
 
 
 async def test_an_end_user_day_pool_is_exact_across_two_replicas_and_two_projects(
-    replicas: list[BudgetClient], start_server: StartServer
+    replicas: list[BudgetClient], addresses: list[str]
 ) -> None:
     a, b = replicas
     before = datetime.now(UTC) - timedelta(minutes=1)
@@ -122,8 +126,7 @@ async def test_an_end_user_day_pool_is_exact_across_two_replicas_and_two_project
         by_tag = await client.report_spend_all(before, after, SpendGroupBy.TAG, tag_key="tier")
         assert {r.key: r.tokens for r in by_tag} == {"gold": POOL, "": 30}
 
-    runner = await start_server("budget")  # a third reader of the same tenant stream
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+    async with grpc.aio.insecure_channel(addresses[1]) as channel:
         events = await pool_events(Budget(channel), 2)
     assert [(e.event.type, e.pool_scope, e.pool_scope_id) for e in events] == [
         ("budget.threshold.crossed", pb.SCOPE_END_USER, "cust-1"),
