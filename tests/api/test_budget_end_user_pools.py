@@ -21,6 +21,7 @@ from ration_client import (
     Dimension,
     InvalidRequest,
     Policy,
+    RunExists,
     RunState,
     Scope,
     ScopeBudgetKind,
@@ -171,3 +172,15 @@ async def test_end_user_budgets_are_pools_without_model_lists(
             policy=Policy(max_tokens=5, model_deny=("gpt-*",)),
         )
     assert [f for f, _ in refused.value.violations] == ["budget.policy"]
+
+
+async def test_reopening_a_run_for_another_end_user_or_tags_is_run_exists(
+    replicas: list[BudgetClient],
+) -> None:
+    a, b = replicas
+    first = await a.open_run("same", project_id="p", end_user_id="cust-1", tags={"k": "v"})
+    again = await b.open_run("same", project_id="p", end_user_id="cust-1", tags={"k": "v"})
+    assert again.created_at == first.created_at  # the same run, returned again
+    for other in ({"end_user_id": "cust-2", "tags": {"k": "v"}}, {"end_user_id": "cust-1"}):
+        with pytest.raises(RunExists):
+            await b.open_run("same", project_id="p", **other)
