@@ -143,7 +143,8 @@ class IssuedKeys(Protocol):
 
     async def fetch(self, sha: str) -> Identity | None:
         """A digest the cache does not hold, looked up in the database (a key just minted
-        elsewhere); None when no live key has it."""
+        elsewhere); None when no live key has it. May raise a DomainError (e.g. the database
+        is unavailable), which the caller gets instead of UNAUTHENTICATED."""
 
 
 class UnknownToken(DomainError):

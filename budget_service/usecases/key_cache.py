@@ -11,6 +11,7 @@ from budget_service.store import api_keys as store
 from budget_service.store.api_keys import LiveSecret
 from servicekit.auth import Identity
 from servicekit.db import Database
+from servicekit.errors import store_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -55,15 +56,16 @@ class KeyCache:
         return entry[0]
 
     async def fetch(self, sha: str) -> Identity | None:
+        """Raises STORE_UNAVAILABLE when the database cannot be read (the caller retries)."""
         now = time.monotonic()
         if self._misses.get(sha, 0.0) > now:
             return None
         try:
             async with self._lookups:
                 found = await self._db.upkeep_transaction(lambda conn: store.one_live(conn, sha))
-        except Exception as exc:  # fail closed: the caller is refused, never let in
+        except Exception as exc:  # fail closed: never let in; the caller may retry
             log.warning("issued key lookup failed", extra={"error": type(exc).__name__})
-            return None
+            raise store_unavailable() from None
         now = time.monotonic()
         if found is None:
             if len(self._misses) >= MAX_MISSES:
