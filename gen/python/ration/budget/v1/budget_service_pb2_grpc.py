@@ -145,7 +145,8 @@ class BudgetServiceServicer:
 
     def OpenRun(self, request, context):
         """Creates a run and resolves its effective budget once (run overlay min per-run scope caps,
-        clamped to host ceilings), its model lists across scopes, the pooled budgets it draws on and
+        clamped to host ceilings), its model lists across scopes, the pooled budgets it draws on
+        (of its workflow, agent, project, end_user_id and the issued key it was opened with) and
         whether any of its scopes is ADVISORY; emits `budget.reserved` as event 1 and an `open`
         ledger row. Idempotent per run_id: the same owners and policy return the same run (no second
         event); a different policy or owner triple for an existing run_id is ALREADY_EXISTS
@@ -305,7 +306,8 @@ class BudgetServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PutScopeBudget(self, request, context):
-        """Creates or replaces the budget of a project, workflow or agent (version + 1). Per-run caps,
+        """Creates or replaces the budget of a project, workflow, agent, end-user or API key
+        (version + 1; END_USER and API_KEY take POOLED budgets without model lists only). Per-run caps,
         model lists, pool membership and enforcement apply to runs opened afterwards (resolution
         happens once at OpenRun); a pool's new limits apply at once to its shared balance. Errors:
         VALIDATION_FAILED (e.g. scope RUN, a window on a per-run cap). Idempotent by request_id.
