@@ -6,6 +6,7 @@ import asyncio
 import logging
 import math
 import time
+from collections.abc import Callable
 
 from budget_service.store import api_keys as store
 from budget_service.store.api_keys import LiveSecret
@@ -32,8 +33,14 @@ class KeyCache:
     another replica a moment ago) is looked up once in the database. Lookups are constant
     time; a secret's end is also checked on the hot path, by this process's clock."""
 
-    def __init__(self, database: Database, refresh_seconds: float) -> None:
+    def __init__(
+        self,
+        database: Database,
+        refresh_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._db = database
+        self._clock = clock
         self._refresh_seconds = refresh_seconds
         self._entries: dict[str, tuple[Identity, float]] = {}
         self._misses: dict[str, float] = {}
@@ -50,14 +57,14 @@ class KeyCache:
 
     def cached(self, sha: str) -> Identity | None:
         entry = self._entries.get(sha)
-        now = time.monotonic()
+        now = self._clock()
         if entry is None or entry[1] <= now or now > self._trusted_until:
             return None
         return entry[0]
 
     async def fetch(self, sha: str) -> Identity | None:
         """Raises STORE_UNAVAILABLE when the database cannot be read (the caller retries)."""
-        now = time.monotonic()
+        now = self._clock()
         if self._misses.get(sha, 0.0) > now:
             return None
         try:
@@ -66,7 +73,7 @@ class KeyCache:
         except Exception as exc:  # fail closed: never let in; the caller may retry
             log.warning("issued key lookup failed", extra={"error": type(exc).__name__})
             raise store_unavailable() from None
-        now = time.monotonic()
+        now = self._clock()
         if found is None:
             if len(self._misses) >= MAX_MISSES:
                 self._misses = {}
@@ -79,7 +86,7 @@ class KeyCache:
     async def refresh(self) -> None:
         """Replaces the whole cache with the database's live secrets (one swap)."""
         found = await self._db.upkeep_transaction(store.all_live)
-        now = time.monotonic()
+        now = self._clock()
         self._entries = {s.sha: self._entry(s, now) for s in found}
         self._misses = {}
         self._trusted_until = now + STALE_INTERVALS * self._refresh_seconds
