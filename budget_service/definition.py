@@ -13,6 +13,8 @@ from budget_service.api.roles import REQUIRED_ROLES, SERVICE_NAME
 from budget_service.api.servicer import BudgetServicer
 from budget_service.domain.tenant_events import PollBackoff
 from budget_service.store.event_hub import EVENTS_CHANNEL, EventHub
+from budget_service.usecases.api_keys import ApiKeys
+from budget_service.usecases.key_cache import KeyCache
 from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
@@ -81,7 +83,9 @@ def factory(settings: BudgetSettings) -> AppFactory:
                 StreamSlots(settings.max_tenant_streams_per_tenant),
                 PollBackoff(TENANT_STREAM_FIRST_POLL_SECONDS, settings.tenant_stream_poll_seconds),
             ),
+            ApiKeys(tx),
         )
+        issued = KeyCache(database, settings.api_key_refresh_seconds)
 
         def register(server: grpc.aio.Server) -> None:
             budget_service_pb2_grpc.add_BudgetServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
@@ -92,9 +96,10 @@ def factory(settings: BudgetSettings) -> AppFactory:
             error_domain="ration.budget.v1",
             migrations=[MIGRATIONS],
             register=register,
-            background=[hub.run, Sweeper(tx).run],
+            background=[hub.run, Sweeper(tx).run, issued.run],
             close=close,
             roles=REQUIRED_ROLES,
+            issued_keys=issued,
         )
 
     return build

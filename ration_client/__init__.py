@@ -34,6 +34,7 @@ from ration_client.errors import (
     Unavailable,
 )
 from ration_client.holds import Hold, Prices, Reservation
+from ration_client.keys import ApiKey, ApiKeyPage, MintedKey
 from ration_client.memory import MemoryClient
 from ration_client.memory_views import (
     Capacity,
@@ -97,6 +98,9 @@ from ration_client.views import (
 
 __all__ = [
     "Amounts",
+    "ApiKey",
+    "ApiKeyPage",
+    "MintedKey",
     "BudgetClient",
     "BudgetExhausted",
     "BudgetHeld",

@@ -6,7 +6,7 @@ unbounded limits, enum members), never protobuf messages."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from ration_client._rpc import Client, new_request_id
 from ration_client.degraded import FailOpen, JournalEntry
 from ration_client.errors import RationError, Unavailable, decode
 from ration_client.holds import Prices, Reservation, WorstCase, journaled_result
+from ration_client.keys import ApiKeysMixin
 from ration_client.views import (
     NANOS_PER_USD,
     Amounts,
@@ -54,7 +55,7 @@ AmountsInput = Amounts | budget_pb2.Amounts
 PolicyInput = Policy | budget_pb2.BudgetPolicy
 
 
-class BudgetClient(Client):
+class BudgetClient(ApiKeysMixin, Client):
     """Async client; address and token default to RATION_BUDGET_ADDRESS and RATION_TOKEN.
 
     `on_unavailable="fail_closed"` (default): holds fail when the service is unreachable.
@@ -98,7 +99,10 @@ class BudgetClient(Client):
         agent_id: str = "",
         policy: PolicyInput | None = None,
         request_id: str | None = None,
+        end_user_id: str = "",
+        tags: Mapping[str, str] | None = None,
     ) -> Run:
+        """`end_user_id`: the run draws on that end-user's pools; `tags`: report keys."""
         request = budget_pb2.OpenRunRequest(
             request_id=request_id or new_request_id(),
             run_id=run_id,
@@ -106,6 +110,8 @@ class BudgetClient(Client):
             workflow_id=workflow_id,
             agent_id=agent_id,
             policy=convert.policy_message(policy),
+            end_user_id=end_user_id,
+            tags=dict(tags or {}),
         )
         return convert.run((await self._rpc.unary(self._stub.OpenRun, request)).run)
 
@@ -503,6 +509,9 @@ class BudgetClient(Client):
         model: str = "",
         page_size: int = 0,
         page_token: str = "",
+        end_user_id: str = "",
+        api_key_id: str = "",
+        tag_key: str = "",
     ) -> SpendPage:
         """One page of the tenant's recorded spend in [start, end) (aware datetimes, at most
         366 days), grouped by `group_by`, optionally filtered by exact owner or model ids.
@@ -512,10 +521,16 @@ class BudgetClient(Client):
             end_time=convert.timestamp_of(end),
             group_by=convert.SPEND_GROUPS.number(group_by),
             filter=budget_pb2.SpendFilter(
-                project_id=project_id, workflow_id=workflow_id, agent_id=agent_id, model=model
+                project_id=project_id,
+                workflow_id=workflow_id,
+                agent_id=agent_id,
+                model=model,
+                end_user_id=end_user_id,
+                api_key_id=api_key_id,
             ),
             page_size=page_size,
             page_token=page_token,
+            group_by_tag_key=tag_key,
         )
         return convert.spend_page(await self._rpc.unary(self._stub.ReportSpend, request))
 
@@ -530,6 +545,9 @@ class BudgetClient(Client):
         agent_id: str = "",
         model: str = "",
         page_size: int = 0,
+        end_user_id: str = "",
+        api_key_id: str = "",
+        tag_key: str = "",
     ) -> list[SpendRow]:
         """Every row of the report, following pages."""
         rows: list[SpendRow] = []
@@ -545,6 +563,9 @@ class BudgetClient(Client):
                 model=model,
                 page_size=page_size,
                 page_token=token,
+                end_user_id=end_user_id,
+                api_key_id=api_key_id,
+                tag_key=tag_key,
             )
             rows.extend(page.rows)
             token = page.next_page_token

@@ -181,6 +181,9 @@ def run(message: pb.Run) -> v.Run:
         updated_at=datetime_of(message.updated_at),
         advisory=message.advisory,
         advisory_refusals=message.advisory_refusals,
+        end_user_id=message.end_user_id,
+        api_key_id=message.api_key_id,
+        tags=dict(message.tags),
     )
 
 

@@ -56,6 +56,8 @@ class Scope(enum.StrEnum):
     WORKFLOW = "workflow"
     AGENT = "agent"
     PROJECT = "project"
+    END_USER = "end_user"  # pooled budgets of the run's end_user_id
+    API_KEY = "api_key"  # pooled budgets of the issued key a run was opened with
 
 
 class ScopeBudgetKind(enum.StrEnum):
@@ -133,6 +135,9 @@ class SpendGroupBy(enum.StrEnum):
     MODEL = "model"
     DAY = "day"
     HOUR = "hour"
+    END_USER = "end_user"
+    API_KEY = "api_key"
+    TAG = "tag"  # the values of one tag key (tag_key=...)
 
 
 @dataclass(frozen=True)
@@ -206,6 +211,9 @@ class Run:
     # Each bounded dimension of each pool the run draws on, in its current window: shared with
     # the pool's other runs; `binding_scope` and `binding_scope_id` name the pool.
     pools: tuple[DimensionStatus, ...] = ()
+    end_user_id: str = ""  # empty: none
+    api_key_id: str = ""  # the issued key the run was opened with, if any
+    tags: Mapping[str, str] = field(default_factory=dict)
 
     def status(self, dimension: Dimension) -> DimensionStatus:
         """The run's own status of a dimension."""

@@ -1,5 +1,5 @@
 """The `ration` command: `up`, `budget serve`, `memory serve`, `migrate`, `demo`, `report`,
-`pools`, `notify`."""
+`pools`, `notify`, `keys`."""
 
 from __future__ import annotations
 
@@ -250,6 +250,20 @@ async def _pools(args: argparse.Namespace, stop: Stop) -> int:
     return await _client_command("pools", run_pools, args, stop)
 
 
+async def _keys(args: argparse.Namespace, stop: Stop) -> int:
+    """Issued API keys of a running budget service (RATION_TOKEN: an admin token)."""
+    from ration_client import RationError
+    from ration_server.keys import run_keys
+
+    async with stop.watching():
+        try:
+            await stop.race(run_keys(args, token=os.environ.get("RATION_TOKEN")))
+        except RationError as error:
+            print(f"ration keys: {error}", file=sys.stderr)
+            return 1
+    return 0
+
+
 async def _notify(env: Env, stop: Stop) -> int:
     """Follows the configured tenants' events and POSTs alerts until stopped (exit 0)."""
     from ration_server.notify import run_notify
@@ -325,6 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser(
         "notify", help="POST budget alerts of the tenants' event streams to webhooks"
     )
+    from ration_server.keys import add_arguments as add_key_arguments
+
+    add_key_arguments(commands.add_parser("keys", help="issued API keys: create, list, ..."))
     args = parser.parse_args(argv)
     if args.command == "demo" and bool(args.budget) != bool(args.memory):
         demo.error("--budget and --memory go together: give both addresses, or neither")
@@ -348,6 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_pools(args, stop))
         if args.command == "notify":
             return asyncio.run(_notify(env, stop))
+        if args.command == "keys":
+            logs.configure("WARNING", logs.log_format(env))  # the lines are the output
+            return asyncio.run(_keys(args, stop))
         workers = env.integer("RATION_WORKERS", 1, minimum=1)
         if workers > 1:
             return asyncio.run(_supervise(args.command, workers, env, stop))

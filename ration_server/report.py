@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workflow", default="", help="only this workflow_id")
     parser.add_argument("--agent", default="", help="only this agent_id")
     parser.add_argument("--model", default="", help="only this model")
+    parser.add_argument("--end-user", default="", help="only this end_user_id")
+    parser.add_argument("--api-key", default="", help="only runs of this issued key_id")
+    parser.add_argument("--tag", default="", help="with --group-by tag: the tag key")
 
 
 def table(group_by: SpendGroupBy, rows: Sequence[SpendRow]) -> list[str]:
@@ -95,6 +98,9 @@ async def run_report(
             agent_id=args.agent,
             model=args.model,
             page_size=1000,
+            end_user_id=args.end_user,
+            api_key_id=args.api_key,
+            tag_key=args.tag,
         )
     say(f"spend from {start.isoformat()} to {end.isoformat()} by {group_by.value}")
     for text in table(group_by, rows):

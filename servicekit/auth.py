@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from servicekit.errors import DomainError, ErrorKind
 from servicekit.settings import SettingsError
@@ -34,6 +35,9 @@ class Identity:
     roles: frozenset[str]
     # Who the caller is, as recorded (e.g. as a ResumeRun approver): never the token itself.
     principal: str = ""
+    # The issued API key the caller presented (its id, never the key); empty for a token of
+    # the token file and in development mode.
+    key_id: str = ""
 
     @functools.cached_property
     def _grants_role(self) -> dict[str, bool]:
@@ -131,11 +135,48 @@ def _identity_of(row: object, index: int) -> tuple[str, Identity]:
     return sha.lower(), Identity(tenant, frozenset(roles), principal)
 
 
-class TokenTable:
-    """Token digest → identity. In development mode (no table) every caller is the dev tenant."""
+class IssuedKeys(Protocol):
+    """API keys a service issues itself (stored hashed in its database), beside the file."""
 
-    def __init__(self, identities: Mapping[str, Identity] | None) -> None:
+    def cached(self, sha: str) -> Identity | None:
+        """The identity of a live key by its digest from the process's cache (constant time)."""
+
+    async def fetch(self, sha: str) -> Identity | None:
+        """A digest the cache does not hold, looked up in the database (a key just minted
+        elsewhere); None when no live key has it. May raise a DomainError (e.g. the database
+        is unavailable), which the caller gets instead of UNAUTHENTICATED."""
+
+
+class UnknownToken(DomainError):
+    """A well-formed bearer credential that no table holds; `sha` is its digest (never the
+    token), for the issued keys' database lookup."""
+
+    def __init__(self, sha: str) -> None:
+        super().__init__(ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "unknown token")
+        self.sha = sha
+
+
+class TokenTable:
+    """Token digest → identity. In development mode (no table) every caller is the dev tenant.
+    With issued keys, a digest the file does not hold is looked up in their cache."""
+
+    def __init__(
+        self, identities: Mapping[str, Identity] | None, issued: IssuedKeys | None = None
+    ) -> None:
         self._identities = identities
+        self._issued = issued
+
+    def with_issued(self, issued: IssuedKeys) -> TokenTable:
+        """The same table that also accepts the live keys of `issued` (not in development mode,
+        where every caller is the dev tenant anyway)."""
+        return self if self._identities is None else TokenTable(self._identities, issued)
+
+    async def fetch_issued(self, unknown: UnknownToken) -> Identity:
+        """After authenticate() refused a digest: the issued key that has it, or the refusal."""
+        identity = None if self._issued is None else await self._issued.fetch(unknown.sha)
+        if identity is None:
+            raise unknown
+        return identity
 
     @property
     def dev_mode(self) -> bool:
@@ -181,7 +222,10 @@ class TokenTable:
             raise DomainError(
                 ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "a bearer token is required"
             )
-        identity = self._identities.get(digest(credentials.strip()))
+        sha = digest(credentials.strip())
+        identity = self._identities.get(sha)
+        if identity is None and self._issued is not None:
+            identity = self._issued.cached(sha)
         if identity is None:
-            raise DomainError(ErrorKind.UNAUTHENTICATED, "UNAUTHENTICATED", "unknown token")
+            raise UnknownToken(sha)
         return identity

@@ -10,7 +10,7 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from servicekit.auth import RoleTable, TokenTable, identity_var
+from servicekit.auth import RoleTable, TokenTable, UnknownToken, identity_var
 from servicekit.cpu import deadline_of, deadline_var
 from servicekit.errors import (
     DomainError,
@@ -219,7 +219,10 @@ class CallInterceptor(grpc.aio.ServerInterceptor):
             context: grpc.aio.ServicerContext, authorization: str | None
         ) -> None:
             try:
-                identity = tokens.authenticate(None if dev_mode else authorization)
+                try:
+                    identity = tokens.authenticate(None if dev_mode else authorization)
+                except UnknownToken as unknown:  # maybe a key issued since the cache's refresh
+                    identity = await tokens.fetch_issued(unknown)
                 identity_var.set(identity)
                 if not listed:
                     raise unlisted_method()

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from servicekit import ports
 from servicekit import reflection as reflection_v1
-from servicekit.auth import RoleTable, TokenTable, check_role_table
+from servicekit.auth import IssuedKeys, RoleTable, TokenTable, check_role_table
 from servicekit.db import Database
 from servicekit.dbrole import check_role
 from servicekit.interceptors import CallInterceptor, ErrorMapper
@@ -49,6 +49,8 @@ class ServiceApp:
     # Full method name → required role (servicekit.auth.RoleTable), one row per RPC of
     # service_name; the server does not start when a row is missing or names no method.
     roles: RoleTable = field(kw_only=True)
+    # API keys the service issues (servicekit.auth.IssuedKeys), accepted beside the token file.
+    issued_keys: IssuedKeys | None = field(default=None, kw_only=True)
 
 
 def service_methods(service_name: str) -> frozenset[str]:
@@ -118,6 +120,8 @@ class ServiceRunner:
         ports.check_service_ports(self.app.name, self.settings, grpc=not self.reuse_port)
         errors = ErrorMapper(self.app.error_domain)
         tokens = TokenTable.load(self.settings.token_file)
+        if self.app.issued_keys is not None:
+            tokens = tokens.with_issued(self.app.issued_keys)
         methods = service_methods(self.app.service_name) or frozenset(self.app.roles)
         check_role_table(self.app.name, self.app.roles, methods)
         # One interceptor (metrics, auth, errors); its cache holds only registered methods,

@@ -17,7 +17,7 @@ from servicekit.labels import MetricLabels
 # Labels come from bounded sets only: dimensions, reasons, states and scope kinds are the
 # server's own; models go through the allow list or the first N distinct, then `other`; the
 # tenant, project and pool scope id appear only with RATION_METRICS_TENANT_LABELS, bounded the
-# same way. Never run, reservation, request or user ids.
+# same way (never an end-user's id). Never run, reservation, request or user ids.
 
 # Each pool gauge's unit, by dimension: one unit per metric name.
 POOL_UNITS: dict[AnyDimension, str] = {
@@ -260,7 +260,9 @@ class BudgetMetrics:
             ):
                 labels: tuple[str, ...] = (scope.value, str(rank))
                 if self._tenant_labels:
-                    labels += (self._tenants(tenant), self._scope_ids(scope_id))
+                    # An end-user id is never a label, even opted in (issue 27): "" stands in.
+                    shown = "" if scope is Scope.END_USER else self._scope_ids(scope_id)
+                    labels += (self._tenants(tenant), shown)
                 self.pool_remaining[dimension].labels(*labels).set(pool_value(dimension, remaining))
                 self.pool_limit[dimension].labels(*labels).set(pool_value(dimension, limit))
                 series.add((dimension, labels))

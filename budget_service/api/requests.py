@@ -28,6 +28,7 @@ from budget_service.domain.spend import (
     SpendGroupBy,
     SpendQuery,
     validate_filter,
+    validate_tag_key,
     validate_window,
 )
 from budget_service.domain.tenant_events import (
@@ -50,6 +51,8 @@ SCOPES = {
     pb.SCOPE_AGENT: Scope.AGENT,
     pb.SCOPE_PROJECT: Scope.PROJECT,
     pb.SCOPE_RUN: Scope.RUN,
+    pb.SCOPE_END_USER: Scope.END_USER,
+    pb.SCOPE_API_KEY: Scope.API_KEY,
 }
 KINDS = {
     pb.SCOPE_BUDGET_KIND_PER_RUN_CAP: ScopeBudgetKind.PER_RUN,
@@ -91,6 +94,9 @@ SPEND_GROUPS = {
     pb.SPEND_GROUP_BY_MODEL: SpendGroupBy.MODEL,
     pb.SPEND_GROUP_BY_DAY: SpendGroupBy.DAY,
     pb.SPEND_GROUP_BY_HOUR: SpendGroupBy.HOUR,
+    pb.SPEND_GROUP_BY_END_USER: SpendGroupBy.END_USER,
+    pb.SPEND_GROUP_BY_API_KEY: SpendGroupBy.API_KEY,
+    pb.SPEND_GROUP_BY_TAG: SpendGroupBy.TAG,
 }
 EVENT_TYPE_NAMES = {
     pb.RUN_EVENT_TYPE_BUDGET_RESERVED: ev.BudgetReserved.event_type,
@@ -103,7 +109,7 @@ EVENT_TYPE_NAMES = {
 DEFAULT_PAGE_SIZE = 100
 
 
-class _Violations(list[FieldViolation]):
+class Violations(list[FieldViolation]):
     def enum(self, value: int, table: Mapping[Any, E], path: str, fallback: E) -> E:
         if value not in table:
             what = "is required" if value == 0 else f"has no value {value}"
@@ -116,7 +122,7 @@ class _Violations(list[FieldViolation]):
             raise validation_error(self)
 
 
-def _mutation(method: str, request: Any, found: _Violations) -> cmd.Mutation:
+def mutation_of(method: str, request: Any, found: Violations) -> cmd.Mutation:
     found += v.validate_request_id(request.request_id)
     payload = request.SerializeToString(deterministic=True)
     return cmd.Mutation(method, request.request_id, payload)
@@ -125,13 +131,13 @@ def _mutation(method: str, request: Any, found: _Violations) -> cmd.Mutation:
 _AMOUNT_FIELDS = tuple((d, d.field_name) for d in Dimension)
 
 
-def _amounts(message: pb.Amounts, path: str, found: _Violations) -> dict[Dimension, int]:
+def _amounts(message: pb.Amounts, path: str, found: Violations) -> dict[Dimension, int]:
     values = {d: getattr(message, name) for d, name in _AMOUNT_FIELDS}
     found += v.validate_amounts(values, path)
     return values
 
 
-def _policy(message: pb.BudgetPolicy, path: str, found: _Violations) -> BudgetPolicy:
+def _policy(message: pb.BudgetPolicy, path: str, found: Violations) -> BudgetPolicy:
     def optional(name: str) -> int | None:
         return getattr(message, name) if message.HasField(name) else None
 
@@ -158,29 +164,40 @@ def _policy(message: pb.BudgetPolicy, path: str, found: _Violations) -> BudgetPo
     return policy
 
 
-def open_run(request: pb.OpenRunRequest) -> tuple[cmd.Mutation, cmd.OpenRun]:
-    found = _Violations()
-    mutation = _mutation("OpenRun", request, found)
+def open_run(request: pb.OpenRunRequest, api_key_id: str = "") -> tuple[cmd.Mutation, cmd.OpenRun]:
+    """`api_key_id`: the issued key the caller authenticated with (never from the request)."""
+    found = Violations()
+    mutation = mutation_of("OpenRun", request, found)
     found += v.validate_run_id(request.run_id)
     found += v.validate_id(request.project_id, "project_id")
     found += v.validate_optional_id(request.workflow_id, "workflow_id")
     found += v.validate_optional_id(request.agent_id, "agent_id")
+    found += v.validate_optional_id(request.end_user_id, "end_user_id")
+    tags = dict(request.tags)
+    found += v.validate_tags(tags)
     policy = _policy(request.policy, "policy", found)
     found.check()
     return mutation, cmd.OpenRun(
-        request.run_id, request.project_id, request.workflow_id, request.agent_id, policy
+        request.run_id,
+        request.project_id,
+        request.workflow_id,
+        request.agent_id,
+        policy,
+        end_user_id=request.end_user_id,
+        tags=tuple(sorted(tags.items())),
+        api_key_id=api_key_id,
     )
 
 
 def run_id(request: Any) -> str:
-    found = _Violations(v.validate_run_id(request.run_id))
+    found = Violations(v.validate_run_id(request.run_id))
     found.check()
     return str(request.run_id)
 
 
 def close_run(request: pb.CloseRunRequest) -> tuple[cmd.Mutation, cmd.CloseRun]:
-    found = _Violations()
-    mutation = _mutation("CloseRun", request, found)
+    found = Violations()
+    mutation = mutation_of("CloseRun", request, found)
     found += v.validate_run_id(request.run_id)
     outcome = found.enum(request.outcome, OUTCOMES, "outcome", RunOutcome.SUCCEEDED)
     found.check()
@@ -191,13 +208,13 @@ def resume_run(request: pb.ResumeRunRequest, principal: str) -> tuple[cmd.Mutati
     """`principal` (the authenticated caller) is the approver; the request's `approver` text
     is kept as a note, redacted, and the request is fingerprinted with the redacted note, so
     nothing derived from a secret in it is stored."""
-    found = _Violations()
+    found = Violations()
     note_violations = v.validate_note(request.approver, "approver")
     note = request.approver if note_violations else v.stored_note(request.approver)
     kept = pb.ResumeRunRequest()
     kept.CopyFrom(request)
     kept.approver = note
-    mutation = _mutation("ResumeRun", kept, found)
+    mutation = mutation_of("ResumeRun", kept, found)
     found += v.validate_run_id(request.run_id)
     delta = _amounts(request.delta, "delta", found)
     found += note_violations
@@ -214,8 +231,8 @@ def _model(model: str, amounts: Mapping[Dimension, int]) -> list[FieldViolation]
 
 
 def reserve(request: pb.ReserveRequest, max_ttl_seconds: int) -> tuple[cmd.Mutation, cmd.Reserve]:
-    found = _Violations()
-    mutation = _mutation("Reserve", request, found)
+    found = Violations()
+    mutation = mutation_of("Reserve", request, found)
     found += v.validate_run_id(request.run_id)
     estimate = _amounts(request.estimate, "estimate", found)
     found += _model(request.model, estimate)
@@ -228,8 +245,8 @@ def reserve(request: pb.ReserveRequest, max_ttl_seconds: int) -> tuple[cmd.Mutat
 
 
 def consume(request: pb.ConsumeRequest) -> tuple[cmd.Mutation, cmd.Consume]:
-    found = _Violations()
-    mutation = _mutation("Consume", request, found)
+    found = Violations()
+    mutation = mutation_of("Consume", request, found)
     found += v.validate_run_id(request.run_id)
     found += v.validate_optional_id(request.reservation_id, "reservation_id")
     usage = _amounts(request.usage, "usage", found)
@@ -239,8 +256,8 @@ def consume(request: pb.ConsumeRequest) -> tuple[cmd.Mutation, cmd.Consume]:
 
 
 def release(request: pb.ReleaseRequest) -> tuple[cmd.Mutation, cmd.Release]:
-    found = _Violations()
-    mutation = _mutation("Release", request, found)
+    found = Violations()
+    mutation = mutation_of("Release", request, found)
     found += v.validate_run_id(request.run_id)
     found += v.validate_id(request.reservation_id, "reservation_id")
     found.check()
@@ -248,7 +265,7 @@ def release(request: pb.ReleaseRequest) -> tuple[cmd.Mutation, cmd.Release]:
 
 
 def check(request: pb.CheckRequest) -> cmd.Check:
-    found = _Violations(v.validate_run_id(request.run_id))
+    found = Violations(v.validate_run_id(request.run_id))
     estimate = _amounts(request.estimate, "estimate", found)
     if request.model:
         found += v.validate_model_id(request.model)
@@ -262,7 +279,7 @@ def page_token(run: str, after_seq: int) -> str:
 
 def list_events(request: pb.ListRunEventsRequest) -> tuple[str, int, int]:
     """run_id, after_seq and page size; a page_token (of this run) overrides after_seq."""
-    found = _Violations(v.validate_run_id(request.run_id))
+    found = Violations(v.validate_run_id(request.run_id))
     found += v.validate_page(request.after_seq, request.page_size)
     after_seq = request.after_seq
     if request.page_token:
@@ -278,7 +295,7 @@ def list_events(request: pb.ListRunEventsRequest) -> tuple[str, int, int]:
 
 
 def watch(request: pb.WatchRunEventsRequest) -> tuple[str, int]:
-    found = _Violations(v.validate_run_id(request.run_id))
+    found = Violations(v.validate_run_id(request.run_id))
     found += v.validate_page(request.after_seq, 0)
     found.check()
     return request.run_id, request.after_seq
@@ -288,7 +305,7 @@ def watch_tenant(
     request: pb.WatchTenantEventsRequest,
 ) -> tuple[Position | None, TenantEventFilter]:
     """Where the stream starts (None: after the latest event) and what it sends."""
-    found = _Violations()
+    found = Violations()
     after = parse_cursor(request.after_cursor)
     if not isinstance(after, Position):
         found.append(after)
@@ -315,11 +332,29 @@ def watch_tenant(
 
 
 def scope_budget(request: pb.PutScopeBudgetRequest) -> tuple[cmd.Mutation, ScopeBudget]:
-    found = _Violations()
-    mutation = _mutation("PutScopeBudget", request, found)
-    message = request.budget
-    scope = found.enum(message.scope, SCOPES, "budget.scope", Scope.PROJECT)
-    kind = found.enum(message.kind, KINDS, "budget.kind", ScopeBudgetKind.PER_RUN)
+    found = Violations()
+    mutation = mutation_of("PutScopeBudget", request, found)
+    budget = scope_budget_of(request.budget, found)
+    found.check()
+    return mutation, budget
+
+
+def scope_budget_of(
+    message: pb.ScopeBudget, found: Violations, scope_id: str | None = None
+) -> ScopeBudget:
+    """A ScopeBudget message (at field `budget`), its violations added to `found`; with
+    `scope_id`, an API key's budget: scope API_KEY of that id, kind POOLED unless given."""
+    if scope_id is None:
+        scope = found.enum(message.scope, SCOPES, "budget.scope", Scope.PROJECT)
+        kind = found.enum(message.kind, KINDS, "budget.kind", ScopeBudgetKind.PER_RUN)
+    else:
+        scope = Scope.API_KEY
+        kind = found.enum(
+            message.kind or pb.SCOPE_BUDGET_KIND_POOLED,
+            KINDS,
+            "budget.kind",
+            ScopeBudgetKind.POOLED,
+        )
     window = found.enum(message.window, WINDOWS, "budget.window", Window.NONE)
     enforcement = found.enum(
         message.enforcement, ENFORCEMENTS, "budget.enforcement", Enforcement.HARD
@@ -328,7 +363,7 @@ def scope_budget(request: pb.PutScopeBudgetRequest) -> tuple[cmd.Mutation, Scope
     max_model_calls = message.max_model_calls if message.HasField("max_model_calls") else None
     budget = ScopeBudget(
         scope,
-        message.scope_id,
+        message.scope_id if scope_id is None else scope_id,
         kind,
         policy,
         window,
@@ -340,19 +375,18 @@ def scope_budget(request: pb.PutScopeBudgetRequest) -> tuple[cmd.Mutation, Scope
     found += [
         f
         for f in v.validate_scope_budget(budget, "budget")
-        if not f.field.startswith("budget.policy")
+        if not f.field.startswith("budget.policy.")
     ]
-    found.check()
-    return mutation, budget
+    return budget
 
 
 def scope_key(request: Any, mutating: bool) -> tuple[cmd.Mutation | None, cmd.ScopeKey]:
     """Get and Delete name a scope budget by scope, scope_id and kind."""
-    found = _Violations()
-    mutation = _mutation("DeleteScopeBudget", request, found) if mutating else None
+    found = Violations()
+    mutation = mutation_of("DeleteScopeBudget", request, found) if mutating else None
     scope = found.enum(request.scope, SCOPES, "scope", Scope.PROJECT)
     if scope is Scope.RUN:
-        found.append(FieldViolation("scope", "must be WORKFLOW, AGENT or PROJECT"))
+        found.append(FieldViolation("scope", f"must be {v.SCOPE_NAMES}"))
     found += v.validate_id(request.scope_id, "scope_id")
     kind = found.enum(request.kind, KINDS, "kind", ScopeBudgetKind.PER_RUN)
     found.check()
@@ -372,7 +406,7 @@ def scope_budgets_page_token(query: cmd.ScopeBudgetQuery, after: cmd.ScopeBudget
 
 
 def _scope_budgets_after(
-    token: str, query: cmd.ScopeBudgetQuery, found: _Violations
+    token: str, query: cmd.ScopeBudgetQuery, found: Violations
 ) -> cmd.ScopeBudgetSortKey | None:
     if not token:
         return None
@@ -393,12 +427,12 @@ def list_scope_budgets(
     request: pb.ListScopeBudgetsRequest,
 ) -> tuple[cmd.ScopeBudgetQuery, cmd.ScopeBudgetSortKey | None, int]:
     """The filter, the last key of the previous page (None for the first) and the page size."""
-    found = _Violations()
+    found = Violations()
     scope = None
     if request.scope:
         scope = found.enum(request.scope, SCOPES, "scope", Scope.PROJECT)
         if scope is Scope.RUN:
-            found.append(FieldViolation("scope", "must be WORKFLOW, AGENT or PROJECT"))
+            found.append(FieldViolation("scope", "RUN has no scope budgets"))
     kind = found.enum(request.kind, KINDS, "kind", ScopeBudgetKind.POOLED) if request.kind else None
     window = found.enum(request.window, WINDOWS, "window", Window.NONE) if request.window else None
     found += v.check_int(request.page_size, "page_size", 0, v.MAX_PAGE_SIZE)
@@ -408,7 +442,7 @@ def list_scope_budgets(
     return query, after, request.page_size or DEFAULT_PAGE_SIZE
 
 
-def _instant(request: pb.ReportSpendRequest, name: str, found: _Violations) -> datetime | None:
+def _instant(request: pb.ReportSpendRequest, name: str, found: Violations) -> datetime | None:
     if not request.HasField(name):
         found.append(FieldViolation(name, "is required"))
         return None
@@ -425,6 +459,8 @@ def _query_digest(query: SpendQuery) -> str:
     f = query.filter
     parts = [query.start.isoformat(), query.end.isoformat(), query.group_by.value]
     parts += [f.project_id, f.workflow_id, f.agent_id, f.model]
+    if f.end_user_id or f.api_key_id or query.tag_key:  # earlier tokens stay valid
+        parts += [f.end_user_id, f.api_key_id, query.tag_key]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 
@@ -433,7 +469,7 @@ def spend_page_token(query: SpendQuery, after_key: str) -> str:
     return base64.urlsafe_b64encode(document.encode()).decode()
 
 
-def _after_key(token: str, query: SpendQuery, found: _Violations) -> str | None:
+def _after_key(token: str, query: SpendQuery, found: Violations) -> str | None:
     if not token:
         return None
     try:
@@ -449,7 +485,7 @@ def _after_key(token: str, query: SpendQuery, found: _Violations) -> str | None:
 
 def report_spend(request: pb.ReportSpendRequest) -> tuple[SpendQuery, str | None, int]:
     """The query, the last key of the previous page (None for the first) and the page size."""
-    found = _Violations()
+    found = Violations()
     start = _instant(request, "start_time", found)
     end = _instant(request, "end_time", found)
     if start is not None and end is not None:
@@ -457,14 +493,20 @@ def report_spend(request: pb.ReportSpendRequest) -> tuple[SpendQuery, str | None
     group_by = found.enum(request.group_by, SPEND_GROUPS, "group_by", SpendGroupBy.PROJECT)
     message = request.filter
     spend_filter = SpendFilter(
-        message.project_id, message.workflow_id, message.agent_id, message.model
+        message.project_id,
+        message.workflow_id,
+        message.agent_id,
+        message.model,
+        message.end_user_id,
+        message.api_key_id,
     )
     found += validate_filter(spend_filter)
+    found += validate_tag_key(group_by, request.group_by_tag_key)
     found += v.check_int(request.page_size, "page_size", 0, v.MAX_PAGE_SIZE)
     found.check()
     assert start is not None  # else found.check() raised
     assert end is not None
-    query = SpendQuery(start, end, group_by, spend_filter)
+    query = SpendQuery(start, end, group_by, spend_filter, request.group_by_tag_key)
     after_key = _after_key(request.page_token, query, found)
     found.check()
     return query, after_key, request.page_size or DEFAULT_PAGE_SIZE

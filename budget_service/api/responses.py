@@ -149,6 +149,9 @@ def run(view: cmd.RunView) -> pb.Run:
         updated_at=timestamp(r.updated_at),
         advisory=view.advisory,
         advisory_refusals=r.advisory_refusals,
+        end_user_id=r.end_user_id,
+        api_key_id=r.api_key_id,
+        tags=dict(r.tags),
     )
     add_dimensions(message.dimensions.add, view.dimensions)
     return message

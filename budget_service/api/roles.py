@@ -29,5 +29,9 @@ _ROLES: dict[str, str | None] = {
     "ListScopeBudgets": "admin",
     "GetCapabilities": None,
     "ReportSpend": "reader",
+    "CreateApiKey": "admin",
+    "ListApiKeys": "admin",
+    "RotateApiKey": "admin",
+    "RevokeApiKey": "admin",
 }
 REQUIRED_ROLES: RoleTable = {f"/{SERVICE_NAME}/{name}": role for name, role in _ROLES.items()}

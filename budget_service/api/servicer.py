@@ -10,7 +10,9 @@ import grpc
 from budget_service.api import requests as convert
 from budget_service.api import responses as out
 from budget_service.api import stored_responses as stored
+from budget_service.api.api_keys import ApiKeysServicer
 from budget_service.api.capabilities import BudgetCapabilities
+from budget_service.usecases.api_keys import ApiKeys
 from budget_service.usecases.reports import SpendReports
 from budget_service.usecases.reservations import Reservations
 from budget_service.usecases.runs import BudgetService
@@ -20,7 +22,7 @@ from ration.budget.v1 import budget_service_pb2_grpc
 from servicekit.auth import current_identity
 
 
-class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
+class BudgetServicer(ApiKeysServicer, budget_service_pb2_grpc.BudgetServiceServicer):
     def __init__(
         self,
         capabilities: BudgetCapabilities,
@@ -29,7 +31,9 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
         max_ttl_seconds: int,
         reports: SpendReports,
         tenant_streams: TenantStreams,
+        keys: ApiKeys,
     ) -> None:
+        self._keys = keys
         self._capabilities = capabilities
         self._service = service
         self._reservations = reservations
@@ -40,8 +44,9 @@ class BudgetServicer(budget_service_pb2_grpc.BudgetServiceServicer):
     async def OpenRun(
         self, request: pb.OpenRunRequest, context: grpc.aio.ServicerContext
     ) -> pb.OpenRunResponse:
-        tenant = current_identity().tenant
-        mutation, command = convert.open_run(request)
+        identity = current_identity()
+        tenant = identity.tenant
+        mutation, command = convert.open_run(request, identity.key_id)
         data = await self._service.open_run(tenant, mutation, command, out.open_run_reply)
         return pb.OpenRunResponse.FromString(data)
 

@@ -174,8 +174,10 @@ def summary(event: AlertEvent) -> str:
         what = event.type
     where = f"run {event.run_id} (project {event.project_id}, tenant {event.tenant})"
     if event.pool_scope:
+        # An end-user or key pool's alert names its scope only (an end-user id never leaves).
         scope_id = event.project_id or event.workflow_id or event.agent_id
-        where = f"{event.pool_scope} pool {scope_id} (tenant {event.tenant})"
+        named = f"{event.pool_scope} pool {scope_id}" if scope_id else f"{event.pool_scope} pool"
+        where = f"{named} (tenant {event.tenant})"
     return f"[ration] {where}: {what}"
 
 

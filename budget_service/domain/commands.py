@@ -40,6 +40,9 @@ class OpenRun:
     workflow_id: str
     agent_id: str
     policy: BudgetPolicy
+    end_user_id: str = ""  # optional: the platform's customer the run works for
+    tags: tuple[tuple[str, str], ...] = ()  # sorted by key; for reports only
+    api_key_id: str = ""  # the issued key the caller authenticated with, if any
 
 
 @dataclass(frozen=True)

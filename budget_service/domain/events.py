@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from budget_service.domain.policy import (
+    RFC_SCOPES,
     AnyDimension,
     Dimension,
     EffectiveBudget,
@@ -200,7 +201,7 @@ OPENWOP_PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
                     "maxRetries": {"type": "integer", "minimum": 0},
                 },
             },
-            "scope": {"type": "string", "enum": [s.value for s in Scope]},
+            "scope": {"type": "string", "enum": [s.value for s in RFC_SCOPES]},
         },
     ),
     BudgetConsumed.event_type: _closed(

@@ -45,7 +45,14 @@ def open_run_fingerprint(command: OpenRun) -> bytes:
     the policy overlay (the run_id is the key itself)."""
     owners = {"project": command.project_id, "workflow": command.workflow_id}
     owners["agent"] = command.agent_id
-    document = {"owners": owners, "policy": command.policy}
+    # Owners beyond the RFC's join only when set, so every earlier fingerprint is unchanged.
+    if command.end_user_id:
+        owners["endUser"] = command.end_user_id
+    if command.api_key_id:
+        owners["apiKey"] = command.api_key_id
+    document: dict[str, Any] = {"owners": owners, "policy": command.policy}
+    if command.tags:
+        document["tags"] = dict(command.tags)
     return hashlib.sha256(b"open-run/v2\0" + canonical_json(document)).digest()
 
 

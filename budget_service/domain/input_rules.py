@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 
 from budget_service.domain.policy import (
     MAX_MODEL_CALLS,
+    POOL_ONLY_SCOPES,
     BudgetPolicy,
     Dimension,
     OnExhaustion,
@@ -148,10 +149,28 @@ def validate_policy(policy: BudgetPolicy, prefix: str = "policy") -> list[FieldV
     return found
 
 
+SCOPE_NAMES = "WORKFLOW, AGENT, PROJECT, END_USER or API_KEY"
+MAX_TAGS = 16
+MAX_TAG_KEY = 64
+MAX_TAG_VALUE = 256
+_TAG_KEY = re.compile(r"[A-Za-z0-9._:/-]+")
+
+
 def validate_scope_budget(budget: ScopeBudget, prefix: str = "") -> list[FieldViolation]:
     found: list[FieldViolation] = []
     if budget.scope is Scope.RUN:
-        found.append(FieldViolation(_path(prefix, "scope"), "must be WORKFLOW, AGENT or PROJECT"))
+        found.append(FieldViolation(_path(prefix, "scope"), f"must be {SCOPE_NAMES}"))
+    if budget.scope in POOL_ONLY_SCOPES:
+        # The run's reply and events name the scope binding a limit or refusing a model by
+        # the run's own owner ids: an end-user or key budget is a pool, without model lists.
+        if budget.kind is ScopeBudgetKind.PER_RUN:
+            found.append(FieldViolation(_path(prefix, "kind"), "must be POOLED for this scope"))
+        if budget.policy.model_allow is not None or budget.policy.model_deny:
+            found.append(
+                FieldViolation(
+                    _path(prefix, "policy"), "model lists are not allowed for this scope"
+                )
+            )
     found += validate_id(budget.scope_id, _path(prefix, "scope_id"))
     if budget.kind is ScopeBudgetKind.PER_RUN and budget.window is not Window.NONE:
         found.append(FieldViolation(_path(prefix, "window"), "only pooled budgets have a window"))
@@ -168,6 +187,29 @@ def validate_scope_budget(budget: ScopeBudget, prefix: str = "") -> list[FieldVi
             found.append(FieldViolation(path, "only pooled budgets bound model calls"))
         found += check_int(budget.max_model_calls, path, 0, MAX_MODEL_CALLS)
     return found + validate_policy(budget.policy, _path(prefix, "policy"))
+
+
+def validate_tags(tags: Mapping[str, str], path: str = "tags") -> list[FieldViolation]:
+    """Run tags: at most MAX_TAGS pairs; keys 1..64 of [A-Za-z0-9._:/-], values 0..256
+    printable characters (a tag is a report key, never a credential: no free text)."""
+    if len(tags) > MAX_TAGS:
+        return [FieldViolation(path, f"must have at most {MAX_TAGS} tags")]
+    found: list[FieldViolation] = []
+    for key in sorted(tags):
+        value = tags[key]
+        if not 0 < len(key) <= MAX_TAG_KEY or not _TAG_KEY.fullmatch(key):
+            found.append(
+                FieldViolation(
+                    path, f"keys must be 1..{MAX_TAG_KEY} characters of letters, digits and ._:/-"
+                )
+            )
+        elif len(value) > MAX_TAG_VALUE or not value.isprintable():
+            found.append(
+                FieldViolation(
+                    f"{path}[{key}]", f"must be at most {MAX_TAG_VALUE} printable characters"
+                )
+            )
+    return found
 
 
 def validate_amounts(amounts: Mapping[Dimension, int], prefix: str) -> list[FieldViolation]:

@@ -95,6 +95,9 @@ class Scope(enum.StrEnum):
     WORKFLOW = "workflow"
     AGENT = "agent"
     PROJECT = "project"
+    # Beyond the RFC's four (issue 27): pools only, after project in every order.
+    END_USER = "end_user"  # the platform's customer a run works for (OpenRun end_user_id)
+    API_KEY = "api_key"  # the issued key a run was opened with
 
     @property
     def rank(self) -> int:
@@ -102,6 +105,10 @@ class Scope(enum.StrEnum):
 
 
 _SCOPE_ORDER: tuple[Scope, ...] = tuple(Scope)
+# The RFC's (OpenWOP's) scopes: what a run's effective budget may be bound by.
+RFC_SCOPES: tuple[Scope, ...] = (Scope.RUN, Scope.WORKFLOW, Scope.AGENT, Scope.PROJECT)
+# Scopes that only pooled budgets may be declared at, without model lists.
+POOL_ONLY_SCOPES: frozenset[Scope] = frozenset({Scope.END_USER, Scope.API_KEY})
 HOST = "host"  # the binding source when a host ceiling, not a declared scope, sets the limit
 
 

@@ -100,6 +100,9 @@ class RunRecord:
     updated_at: datetime
     outcome: RunOutcome | None = None
     advisory_refusals: int = 0
+    end_user_id: str = ""
+    api_key_id: str = ""
+    tags: tuple[tuple[str, str], ...] = ()
 
     def balances(self, overdue: Amounts | None = None) -> dict[Dimension, Balance]:
         """The run's own balance; `overdue` (its holds past expiry) no longer counts."""
@@ -115,13 +118,20 @@ class RunRecord:
             Scope.WORKFLOW: self.workflow_id,
             Scope.AGENT: self.agent_id,
             Scope.PROJECT: self.project_id,
+            Scope.END_USER: self.end_user_id,
+            Scope.API_KEY: self.api_key_id,
         }[scope]
 
     @property
     def owners(self) -> tuple[BalanceRef, ...]:
-        """The scopes the run belongs to (workflow and agent are optional)."""
+        """The scopes the run belongs to (all but project are optional)."""
         refs = [BalanceRef(s, self.scope_id(s)) for s in (Scope.WORKFLOW, Scope.AGENT)]
-        return (*(r for r in refs if r.scope_id), BalanceRef(Scope.PROJECT, self.project_id))
+        extra = [BalanceRef(s, self.scope_id(s)) for s in (Scope.END_USER, Scope.API_KEY)]
+        return (
+            *(r for r in refs if r.scope_id),
+            BalanceRef(Scope.PROJECT, self.project_id),
+            *(r for r in extra if r.scope_id),
+        )
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ class SpendGroupBy(enum.StrEnum):
     MODEL = "model"
     DAY = "day"
     HOUR = "hour"
+    END_USER = "end_user"
+    API_KEY = "api_key"
+    TAG = "tag"  # the value of one tag key (SpendQuery.tag_key)
 
     @property
     def is_time(self) -> bool:
@@ -37,6 +40,8 @@ class SpendFilter:
     workflow_id: str = ""
     agent_id: str = ""
     model: str = ""
+    end_user_id: str = ""
+    api_key_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class SpendQuery:
     end: datetime  # exclusive
     group_by: SpendGroupBy
     filter: SpendFilter
+    tag_key: str = ""  # with TAG only
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,19 @@ def validate_filter(found: SpendFilter, prefix: str = "filter") -> list[FieldVio
         + v.validate_optional_id(found.workflow_id, f"{prefix}.workflow_id")
         + v.validate_optional_id(found.agent_id, f"{prefix}.agent_id")
         + (v.validate_model_id(found.model, f"{prefix}.model") if found.model else [])
+        + v.validate_optional_id(found.end_user_id, f"{prefix}.end_user_id")
+        + v.validate_optional_id(found.api_key_id, f"{prefix}.api_key_id")
     )
+
+
+def validate_tag_key(group_by: SpendGroupBy, tag_key: str) -> list[FieldViolation]:
+    """group_by_tag_key: required with TAG (a valid tag key), empty otherwise."""
+    path = "group_by_tag_key"
+    if group_by is not SpendGroupBy.TAG:
+        return [FieldViolation(path, "only with SPEND_GROUP_BY_TAG")] if tag_key else []
+    if not tag_key:
+        return [FieldViolation(path, "is required with SPEND_GROUP_BY_TAG")]
+    return [FieldViolation(path, f.description) for f in v.validate_tags({tag_key: ""})]
 
 
 def sums_overflow(rows: list[SpendRow]) -> list[FieldViolation]:

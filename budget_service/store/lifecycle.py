@@ -18,8 +18,8 @@ from budget_service.store import rows
 MISSING, APPLIED = "missing", "applied"
 
 _OPEN = (
-    "SELECT budget.open_run_v1($1, $2, $3, $4, $5, $6, $7::bigint[], $8, $9, $10::jsonb,"
-    " $11::jsonb, $12::text[], $13::text[], $14, $15)"
+    "SELECT budget.open_run_v2($1, $2, $3, $4, $5, $6, $7::bigint[], $8, $9, $10::jsonb,"
+    " $11::jsonb, $12::text[], $13::text[], $14, $15, $16, $17, $18::jsonb)"
 )
 _CLOSE = "SELECT status, expired, released FROM budget.close_run_v1($1, $2, $3, $4)"
 _RESUME = (
@@ -68,6 +68,9 @@ async def open_run(conn: asyncpg.Connection, tenant: str, run: RunRecord, reques
         [p.scope_id for p in run.pools],
         run.scope_advisory,
         request_id,
+        run.end_user_id,
+        run.api_key_id,
+        json.dumps(dict(run.tags)),
     )
     return inserted
 

@@ -1,8 +1,10 @@
 """Budget SQL of spend reports: sums per owner, model or time, read from the spend rollups.
 
-The rollups (migration 0013, budget.roll_up_spend_v1) hold one row per (project, workflow,
-agent, model, UTC hour) of a tenant, maintained in each Consume's own transaction, so a report
-reads O(groups) rows, not the window's consume rows. A window's whole hours come from them;
+The rollups (migrations 0013 and 0016, budget.roll_up_spend_v1) hold one row per (project,
+workflow, agent, model, end-user, API key, tag set, UTC hour) of a tenant, maintained in each
+Consume's own transaction, so a report reads O(groups) rows, not the window's consume rows
+(a tag set is one group: runs tagged with many distinct sets make as many rows, never more
+than their consume rows). A window's whole hours come from them;
 its partial first and last hours (when its ends are not on the hour) are summed from those
 hours' consume rows of the ledger, so any window's sums equal the ledger's exactly.
 """
@@ -24,6 +26,9 @@ _KEYS = {
     SpendGroupBy.MODEL: "s.model",
     SpendGroupBy.DAY: f"to_char(date_trunc('day', s.hour AT TIME ZONE 'UTC'), {_BUCKET_TEXT})",
     SpendGroupBy.HOUR: f"to_char(s.hour AT TIME ZONE 'UTC', {_BUCKET_TEXT})",
+    SpendGroupBy.END_USER: "s.end_user_id",
+    SpendGroupBy.API_KEY: "s.api_key_id",
+    SpendGroupBy.TAG: "coalesce(s.tags ->> $16::text, '')",
 }
 _DATETIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _HOUR = timedelta(hours=1)
@@ -31,7 +36,7 @@ _HOUR = timedelta(hours=1)
 # Consume rows of the ledger in [$a, $b), shaped as rollup rows (one each).
 _LEDGER_PART = """
     SELECT r.project_id, r.workflow_id, r.agent_id, coalesce(l.model, '') AS model,
-        date_trunc('hour', l.created_at, 'UTC') AS hour,
+        r.end_user_id, r.api_key_id, r.tags, date_trunc('hour', l.created_at, 'UTC') AS hour,
         l.consumed_cost_nanos::numeric AS cost_nanos, l.consumed_tokens::numeric AS tokens,
         l.consumed_tool_calls::numeric AS tool_calls, l.consumed_retries::numeric AS retries,
         1::bigint AS consume_count
@@ -42,12 +47,13 @@ _LEDGER_PART = """
 
 # $2/$3: the whole hours [from, to) read from the rollups; $10..$13 the partial hours read from
 # the ledger ([$10, $11) and [$12, $13), either may be empty). $4..$7 are NULL for no filter;
-# $8 is the last key of the previous page (NULL on the first), $9 the limit. Sums stay numeric
-# (no overflow in SQL); the caller refuses any past int64.
+# $8 is the last key of the previous page (NULL on the first), $9 the limit; $14, $15 filter by
+# end-user and key (NULL: none), $16 (TAG only) is the tag key. Sums stay numeric (no overflow
+# in SQL); the caller refuses any past int64.
 _REPORT = f"""
 WITH spend AS (
-    SELECT s.project_id, s.workflow_id, s.agent_id, s.model, s.hour, s.cost_nanos, s.tokens,
-        s.tool_calls, s.retries, s.consume_count
+    SELECT s.project_id, s.workflow_id, s.agent_id, s.model, s.end_user_id, s.api_key_id,
+        s.tags, s.hour, s.cost_nanos, s.tokens, s.tool_calls, s.retries, s.consume_count
     FROM budget.spend_rollups s
     WHERE s.tenant_id = $1 AND s.hour >= $2 AND s.hour < $3
     UNION ALL {_LEDGER_PART.format(a="$10", b="$11")}
@@ -63,6 +69,8 @@ SELECT g.* FROM (
       AND ($5::text IS NULL OR s.workflow_id = $5)
       AND ($6::text IS NULL OR s.agent_id = $6)
       AND ($7::text IS NULL OR s.model = $7)
+      AND ($14::text IS NULL OR s.end_user_id = $14)
+      AND ($15::text IS NULL OR s.api_key_id = $15)
     GROUP BY 1
 ) g
 WHERE $8::text IS NULL OR g.key COLLATE "C" > $8
@@ -112,6 +120,9 @@ async def report_spend(
         limit,
         *head,
         *tail,
+        f.end_user_id or None,
+        f.api_key_id or None,
+        *((query.tag_key,) if query.group_by is SpendGroupBy.TAG else ()),
     )
     return [
         SpendRow(

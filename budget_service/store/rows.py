@@ -79,6 +79,14 @@ def binding_json(budget: EffectiveBudget) -> dict[str, str]:
     return {d.value: source for d, source in budget.binding.items()}
 
 
+def tags_of(value: Any) -> tuple[tuple[str, str], ...]:
+    """A run's tags column (jsonb: text from asyncpg, a dict inside a JSON document)."""
+    if not value:
+        return ()
+    found = json.loads(value) if isinstance(value, str) else value
+    return tuple(sorted((str(k), str(v)) for k, v in found.items()))
+
+
 def run_of(row: Row) -> RunRecord:
     stopped = None
     if row["stopped_dimension"] is not None:
@@ -125,6 +133,9 @@ def run_of(row: Row) -> RunRecord:
         updated_at=row["updated_at"],
         outcome=RunOutcome(row["outcome"]) if row["outcome"] else None,
         advisory_refusals=row["advisory_refusals"],
+        end_user_id=row.get("end_user_id") or "",
+        api_key_id=row.get("api_key_id") or "",
+        tags=tags_of(row.get("tags")),
     )
 
 

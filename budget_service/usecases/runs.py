@@ -108,6 +108,9 @@ class BudgetService:
             open_fingerprint=open_run_fingerprint(command),
             created_at=unset,
             updated_at=unset,
+            end_user_id=command.end_user_id,
+            api_key_id=command.api_key_id,
+            tags=command.tags,
         )
 
     async def get_run(self, tenant: str, run_id: str) -> RunView:

@@ -56,6 +56,9 @@ class BudgetSettings:
     # Group commit of Reserve/Consume/Release (and of Checks): requests per statement, and
     # statements of one tenant at the database at once from one process.
     batch: BatchSettings = field(default_factory=BatchSettings)
+    # How often each process reloads the live issued API keys (revocation, rotation overlaps):
+    # a change reaches every replica within twice this plus one read (README, "API keys").
+    api_key_refresh_seconds: float = 1.0
 
     @classmethod
     def from_env(cls, env: Env | None = None) -> BudgetSettings:
@@ -109,4 +112,16 @@ class BudgetSettings:
                 max_items=env.integer("RATION_BUDGET_BATCH_MAX", 64, minimum=1),
                 inflight=env.integer("RATION_BUDGET_BATCH_INFLIGHT", 1, minimum=1),
             ),
+            api_key_refresh_seconds=_api_key_refresh_ms(env) / 1000,
         )
+
+
+MAX_API_KEY_REFRESH_MS = 2000  # keeps the documented revocation bound (5 s) true
+
+
+def _api_key_refresh_ms(env: Env) -> int:
+    name = "RATION_BUDGET_API_KEY_REFRESH_MS"
+    value = env.integer(name, 1000, minimum=50)
+    if value > MAX_API_KEY_REFRESH_MS:
+        raise SettingsError(f"{name}={value} is invalid: must be <= {MAX_API_KEY_REFRESH_MS}")
+    return value

@@ -20,13 +20,15 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
 from ration_client import Amounts, BudgetClient, InvalidRequest, SpendGroupBy, SpendRow
-from tests.support.budget import ROLLUPS_OF_LEDGER, new_id
+from tests.support.budget import ROLLUP_COLUMNS, ROLLUPS_OF_LEDGER, new_id
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
 
 PROJECTS = ("p-alpha", "p-beta", "p-gamma")
 WORKFLOWS = ("wf-1", "wf-2", "")
 AGENTS = ("agent-1", "agent-2", "")
+END_USERS = ("eu-1", "eu-2", "")
+TEAMS = ("red", "blue", "")  # the value of tag "team" ("": the run has no such tag)
 MODELS = ("gpt-4o", "gpt-4o-mini", "claude-3-5-sonnet", "llama-3.1-70b")
 DAY_ONE = datetime(2025, 3, 1, tzinfo=UTC)
 DAY_TWO = DAY_ONE + timedelta(days=1)
@@ -46,6 +48,8 @@ class Made:
     model: str
     usage: Amounts
     at: datetime
+    end_user: str = ""
+    team: str = ""
 
     def key(self, group: SpendGroupBy) -> str:
         if group is SpendGroupBy.DAY:
@@ -57,6 +61,9 @@ class Made:
             SpendGroupBy.WORKFLOW: self.workflow,
             SpendGroupBy.AGENT: self.agent,
             SpendGroupBy.MODEL: self.model,
+            SpendGroupBy.END_USER: self.end_user,
+            SpendGroupBy.API_KEY: "",  # no run here was opened with an issued key
+            SpendGroupBy.TAG: self.team,  # reports by tag here ask for tag "team"
         }[group]
 
 
@@ -84,13 +91,21 @@ async def make_consumes(budget: BudgetClient, rng: random.Random, count: int) ->
     runs = []
     for i in range(8):
         owners = (rng.choice(PROJECTS), rng.choice(WORKFLOWS), rng.choice(AGENTS))
+        extra = (rng.choice(END_USERS), rng.choice(TEAMS))
         run_id = f"run-{i}"
         project, workflow, agent = owners
-        await budget.open_run(run_id, project_id=project, workflow_id=workflow, agent_id=agent)
-        runs.append((run_id, owners))
+        await budget.open_run(
+            run_id,
+            project_id=project,
+            workflow_id=workflow,
+            agent_id=agent,
+            end_user_id=extra[0],
+            tags={"team": extra[1], "other": "x"} if extra[1] else {"other": "y"},
+        )
+        runs.append((run_id, owners, extra))
     made = []
     for _ in range(count):
-        run_id, (project, workflow, agent) = rng.choice(runs)
+        run_id, (project, workflow, agent), (end_user, team) = rng.choice(runs)
         tool_only = rng.random() < 0.15
         model = "" if tool_only else rng.choice(MODELS)
         usage = Amounts(
@@ -113,7 +128,7 @@ async def make_consumes(budget: BudgetClient, rng: random.Random, count: int) ->
                 request_id=request_id,
             )
         at = rng.choice((DAY_ONE, DAY_TWO)) + timedelta(seconds=rng.randrange(86_400))
-        made.append(Made(request_id, project, workflow, agent, model, usage, at))
+        made.append(Made(request_id, project, workflow, agent, model, usage, at, end_user, team))
     return made
 
 
@@ -121,7 +136,7 @@ async def make_consumes(budget: BudgetClient, rng: random.Random, count: int) ->
 # keeps them in step by itself).
 ROLLUPS_AGAIN = (
     "DELETE FROM budget.spend_rollups",
-    f"INSERT INTO budget.spend_rollups {ROLLUPS_OF_LEDGER}",
+    f"INSERT INTO budget.spend_rollups ({ROLLUP_COLUMNS}) {ROLLUPS_OF_LEDGER}",
 )
 
 
@@ -148,8 +163,9 @@ async def pages(
     token = ""
     while True:
         start, end = TWO_DAYS
+        tag_key = "team" if group is SpendGroupBy.TAG else ""
         page = await budget.report_spend(
-            start, end, group, page_size=page_size, page_token=token, **filters
+            start, end, group, page_size=page_size, page_token=token, tag_key=tag_key, **filters
         )
         assert len(page.rows) <= page_size
         assert page.rows or not rows, "only a report with no rows has an empty page"
@@ -208,6 +224,11 @@ async def test_reports_equal_the_sums_of_the_consumes_made_for_every_grouping(
     assert alpha_agent_1, "the seed makes usage of this pair"
     assert reported(rows) == expected(alpha_agent_1, SpendGroupBy.HOUR)
     assert await pages(budget, SpendGroupBy.PROJECT, 2, model="gpt-4o-mini*") == []
+    # By end-user and filtered by one (issue 27): the same exact sums.
+    assert len(expected(made, SpendGroupBy.END_USER)) > 1
+    for end_user in ("eu-1", "eu-2"):
+        rows = await pages(budget, by_model, 2, end_user_id=end_user)
+        assert reported(rows) == expected([m for m in made if m.end_user == end_user], by_model)
 
 
 async def test_the_window_includes_its_start_and_excludes_its_end(

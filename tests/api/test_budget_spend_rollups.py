@@ -1,6 +1,6 @@
 """Spend rollups (DESIGN 3.10): kept by every Consume in its own transaction, they always equal
 the ledger, and ReportSpend read from them gives the ledger's sums for any window, grouping and
-filter (its partial hours summed from the ledger)."""
+filter (its partial hours summed from the ledger), end-user, API-key and tag ones included."""
 
 from __future__ import annotations
 
@@ -19,13 +19,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ration_client import Amounts, BudgetClient, SpendGroupBy, TooManyReports
-from tests.support.budget import ROLLUPS_OF_LEDGER
+from tests.support.budget import ROLLUP_COLUMNS, ROLLUPS_OF_LEDGER
 from tests.support.servers import StartServer
 
 PROJECTS = ("p-one", "p-two")
 WORKFLOWS = ("wf", "")
 AGENTS = ("agent", "")
 MODELS = ("gpt-4o", "claude-3-5-sonnet", "")  # "": a tool call, no model
+END_USERS = ("cust-1", "cust-2", "")
+TAG_SETS = ({}, {"plan": "pro"}, {"plan": "free", "team": "red"}, {"team": "red"})
+TAG_KEY = "plan"
+# The tenant's token: the test opens some runs with an issued key (not in development mode).
+TOKEN = "admin-of-dev"
 Totals = tuple[int, int, int, int, int]  # cost nanos, tokens, tool calls, retries, consumes
 _runs = itertools.count()
 
@@ -39,6 +44,9 @@ _LEDGER_KEYS = {
     """ 'YYYY-MM-DD"T"HH24:MI:SS"Z"')""",
     SpendGroupBy.HOUR: "to_char(date_trunc('hour', l.created_at AT TIME ZONE 'UTC'),"
     """ 'YYYY-MM-DD"T"HH24:MI:SS"Z"')""",
+    SpendGroupBy.END_USER: "r.end_user_id",
+    SpendGroupBy.API_KEY: "r.api_key_id",
+    SpendGroupBy.TAG: f"coalesce(r.tags ->> '{TAG_KEY}', '')",
 }
 _LEDGER_SUMS = """
 SELECT {key} AS key, sum(l.consumed_cost_nanos) AS cost_nanos, sum(l.consumed_tokens) AS tokens,
@@ -46,23 +54,18 @@ SELECT {key} AS key, sum(l.consumed_cost_nanos) AS cost_nanos, sum(l.consumed_to
 FROM budget.ledger l JOIN budget.runs r ON r.tenant_id = l.tenant_id AND r.run_id = l.run_id
 WHERE l.tenant_id = 'dev' AND l.decision = 'consume' AND l.created_at >= $1
   AND l.created_at < $2 AND ($3::text IS NULL OR r.project_id = $3)
-  AND ($4::text IS NULL OR l.model = $4)
+  AND ($4::text IS NULL OR l.model = $4) AND ($5::text IS NULL OR r.end_user_id = $5)
+  AND ($6::text IS NULL OR r.api_key_id = $6)
 GROUP BY 1"""
-_ROLLUPS = """
-SELECT tenant_id, hour, project_id, workflow_id, agent_id, model, cost_nanos, tokens,
-    tool_calls, retries, consume_count
-FROM budget.spend_rollups ORDER BY 1, 2, 3, 4, 5, 6"""
+_ROLLUPS = f"SELECT {ROLLUP_COLUMNS} FROM budget.spend_rollups ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9"
 
 
-def token_file(path: Path) -> Path:
-    rows = [("writer-a", "a"), ("writer-b", "b")]
+def token_file(path: Path, rows: tuple[tuple[str, str], ...] | None = None) -> Path:
+    rows = rows or (("writer-a", "a"), ("writer-b", "b"))
+    roles = ["reader", "writer", "admin"]
     document = {
         "tokens": [
-            {
-                "sha256": hashlib.sha256(t.encode()).hexdigest(),
-                "tenant": tenant,
-                "roles": ["writer"],
-            }
+            {"sha256": hashlib.sha256(t.encode()).hexdigest(), "tenant": tenant, "roles": roles}
             for t, tenant in rows
         ]
     }
@@ -71,9 +74,15 @@ def token_file(path: Path) -> Path:
 
 
 @pytest.fixture
-async def budget(start_server: StartServer) -> AsyncIterator[BudgetClient]:
-    runner = await start_server("budget")
-    async with BudgetClient(f"127.0.0.1:{runner.port}") as client:
+async def address(start_server: StartServer, tmp_path: Path) -> str:
+    tokens = token_file(tmp_path / "tokens.json", ((TOKEN, "dev"),))
+    runner = await start_server("budget", RATION_TOKEN_FILE=str(tokens))
+    return f"127.0.0.1:{runner.port}"
+
+
+@pytest.fixture
+async def budget(address: str) -> AsyncIterator[BudgetClient]:
+    async with BudgetClient(address, token=TOKEN) as client:
         yield client
 
 
@@ -100,8 +109,11 @@ async def ledger_sums(
     window: tuple[datetime, datetime],
     project: str | None,
     model: str | None,
+    end_user: str | None = None,
+    key: str | None = None,
 ) -> dict[str, Totals]:
-    rows = await db.fetch(_LEDGER_SUMS.format(key=_LEDGER_KEYS[group]), *window, project, model)
+    query = _LEDGER_SUMS.format(key=_LEDGER_KEYS[group])
+    rows = await db.fetch(query, *window, project, model, end_user, key)
     return {
         r["key"]: (
             int(r["cost_nanos"]),
@@ -121,6 +133,7 @@ async def ledger_sums(
 )
 @given(made=consumes, owners=st.data(), window=windows, on_the_hour=st.booleans())
 async def test_rollups_and_reports_equal_the_ledger_after_any_mix_of_consumes(
+    address: str,
     budget: BudgetClient,
     db: asyncpg.Connection,
     made: list[tuple[int, str, int, int, int, int, bool]],
@@ -129,15 +142,20 @@ async def test_rollups_and_reports_equal_the_ledger_after_any_mix_of_consumes(
     on_the_hour: bool,
 ) -> None:
     runs = []
-    for _ in range(4):
-        run_id = f"run-{next(_runs)}"
-        await budget.open_run(
-            run_id,
-            project_id=owners.draw(st.sampled_from(PROJECTS)),
-            workflow_id=owners.draw(st.sampled_from(WORKFLOWS)),
-            agent_id=owners.draw(st.sampled_from(AGENTS)),
-        )
-        runs.append(run_id)
+    minted = await budget.create_api_key(["writer"])
+    async with BudgetClient(address, token=minted.secret) as keyed:
+        for _ in range(4):
+            run_id = f"run-{next(_runs)}"
+            opener = keyed if owners.draw(st.booleans(), label="with the key") else budget
+            await opener.open_run(
+                run_id,
+                project_id=owners.draw(st.sampled_from(PROJECTS)),
+                workflow_id=owners.draw(st.sampled_from(WORKFLOWS)),
+                agent_id=owners.draw(st.sampled_from(AGENTS)),
+                end_user_id=owners.draw(st.sampled_from(END_USERS)),
+                tags=owners.draw(st.sampled_from(TAG_SETS)),
+            )
+            runs.append(run_id)
     for which, model, tokens, cost, tool_calls, retries, settle in made:
         run_id = runs[which]
         reservation_id = ""
@@ -168,14 +186,23 @@ async def test_rollups_and_reports_equal_the_ledger_after_any_mix_of_consumes(
     span = (start, start + timedelta(minutes=window[1]))
     project = owners.draw(st.sampled_from((None, *PROJECTS)), label="project filter")
     model_filter = owners.draw(st.sampled_from((None, *MODELS[:-1])), label="model filter")
+    end_user = owners.draw(st.sampled_from((None, *END_USERS[:-1])), label="end-user filter")
+    key = owners.draw(st.sampled_from((None, minted.key.key_id)), label="key filter")
     for group in SpendGroupBy:
         rows = await budget.report_spend_all(
-            *span, group, project_id=project or "", model=model_filter or ""
+            *span,
+            group,
+            project_id=project or "",
+            model=model_filter or "",
+            end_user_id=end_user or "",
+            api_key_id=key or "",
+            tag_key=TAG_KEY if group is SpendGroupBy.TAG else "",
         )
         reported = {
             r.key: (r.cost_nanos, r.tokens, r.tool_calls, r.retries, r.consume_count) for r in rows
         }
-        assert reported == await ledger_sums(db, group, span, project, model_filter), group
+        expected = await ledger_sums(db, group, span, project, model_filter, end_user, key)
+        assert reported == expected, group
 
 
 async def waiting_on_the_rollups(db: asyncpg.Connection, count: int) -> None:

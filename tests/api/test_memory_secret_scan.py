@@ -5,19 +5,17 @@ vacuously)."""
 
 from __future__ import annotations
 
-import logging
 import re
 import unicodedata
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 import asyncpg
 import grpc
-import pytest
 from google.protobuf.message import Message
 
 from ration.memory.v1 import memory_pb2
-from servicekit.logs import JsonFormatter
+from tests.support.logcapture import JsonLines, debug_logs_fixture  # noqa: F401 (fixture)
 from tests.support.memory import MEMORY_TABLES, Memory, entry, pb, request_id
 from tests.support.servers import StartServer, scrape
 
@@ -265,30 +263,6 @@ async def table_texts(db: asyncpg.Connection) -> dict[str, str]:
                     decoded.append(bytes(row["v"]).decode("utf-8", "replace"))
         texts[f"memory.{table}"] = rows + "\n" + "\n".join(decoded)
     return texts
-
-
-class JsonLines(logging.Handler):
-    """The service's JSON log lines, formatted as they are emitted (the request id is a
-    context variable of the call being served)."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(JsonFormatter())
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-
-@pytest.fixture
-def debug_logs() -> Iterator[JsonLines]:
-    root = logging.getLogger()
-    handler, level = JsonLines(), root.level
-    root.addHandler(handler)
-    root.setLevel(logging.DEBUG)
-    yield handler
-    root.removeHandler(handler)
-    root.setLevel(level)
 
 
 async def test_no_secret_shape_is_stored_logged_exposed_or_echoed_anywhere(

@@ -291,6 +291,7 @@ async def test_every_upkeep_function_is_security_definer_and_not_executable_by_p
     )
     names = sorted(r["name"].split("(")[0] for r in rows)
     assert names == [
+        "budget.api_key_identities_v1",
         "budget.forget_watchers",
         "budget.open_hold_count",
         "budget.overdue_runs",

@@ -75,7 +75,7 @@ def run_value(
     on_exhaustion: OnExhaustion = OnExhaustion.FAIL,
     status: RunStatus | None = None,
 ) -> tuple[Any, ...]:
-    """A budget.engine_run_v2, field for field (migration 0014)."""
+    """A budget.engine_run_v2, field for field (migrations 0014, 0016)."""
     status = status or RunStatus()
     crossed, exhausted, breached = (
         mask(f) for f in (status.crossed, status.exhausted, status.breached)
@@ -83,7 +83,7 @@ def run_value(
     return (
         "run", "proj", "wf", "agent", state.value, threshold, on_exhaustion.value, "{}", "[]",
         False, 1, 1, list(limits), list(used), list(held), crossed, exhausted, breached,
-        None, None, None, None, None, None, [], None, 0, 0, 0, False,
+        None, None, None, None, None, None, [], None, 0, 0, 0, False, "", "",
     )  # fmt: skip
 
 

@@ -254,10 +254,16 @@ async def pool_events(budget: Budget, count: int) -> list[pb.WatchTenantEventsRe
 # tenant, UTC hour, run owners and model, in key order. The oracle of the rollup tests.
 ROLLUPS_OF_LEDGER = """
 SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC') AS hour, r.project_id,
-    r.workflow_id, r.agent_id, coalesce(l.model, '') AS model,
+    r.workflow_id, r.agent_id, coalesce(l.model, '') AS model, r.end_user_id, r.api_key_id,
+    sha256(convert_to(r.tags::text, 'UTF8')) AS tags_sha256, r.tags,
     sum(l.consumed_cost_nanos) AS cost_nanos, sum(l.consumed_tokens) AS tokens,
     sum(l.consumed_tool_calls) AS tool_calls, sum(l.consumed_retries) AS retries,
     count(*) AS consume_count
 FROM budget.ledger l JOIN budget.runs r ON r.tenant_id = l.tenant_id AND r.run_id = l.run_id
 WHERE l.decision = 'consume'
-GROUP BY 1, 2, 3, 4, 5, 6 ORDER BY 1, 2, 3, 4, 5, 6"""
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9"""
+# The columns of a spend_rollups row, in ROLLUPS_OF_LEDGER's order.
+ROLLUP_COLUMNS = (
+    "tenant_id, hour, project_id, workflow_id, agent_id, model, end_user_id, api_key_id,"
+    " tags_sha256, tags, cost_nanos, tokens, tool_calls, retries, consume_count"
+)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
+
+from tests.support.procs import BIN, Proc, clean_env
 
 RETRY_ELSEWHERE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
@@ -44,3 +47,19 @@ class Replicas:
     async def close(self) -> None:
         for channel in self.channels:
             await channel.close()
+
+
+@contextlib.contextmanager
+def budget_processes(database_url: str, count: int = 2, **env: str) -> Iterator[list[Proc]]:
+    """`count` `ration budget serve` processes on one database (each with its own pools and
+    caches, as replicas are deployed), ready; stopped afterwards."""
+    settings = clean_env(RATION_DATABASE_URL=database_url, **env)
+    procs = [Proc.start([str(BIN / "ration"), "budget", "serve"], settings) for _ in range(count)]
+    try:
+        for proc in procs:
+            proc.wait_for("ready:")
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.popen.poll() is None:
+                proc.stop()

@@ -129,6 +129,16 @@ def test_the_slack_body_is_one_line_of_text() -> None:
     assert summary(failed).endswith("run failed: budget exhausted")
 
 
+def test_an_end_user_pools_alert_names_its_scope_but_never_the_end_user() -> None:
+    """The alert of an end-user pool (issue 27): alert_event leaves every owner id empty."""
+    pooled = event(run_id="", project_id="", pool_key="k", pool_scope="end_user")
+    assert summary(pooled) == "[ration] end_user pool (tenant acme): cost budget exhausted:" + (
+        " 0.5 USD of 0.5 USD"
+    )
+    project = event(run_id="", pool_key="k", pool_scope="project")
+    assert summary(project).startswith("[ration] project pool travel (tenant acme)")
+
+
 def test_retries_back_off_exponentially_to_a_ceiling() -> None:
     backoff = RetryBackoff(0.5, 60)
     assert [backoff.delay(n) for n in (1, 2, 3, 4)] == [0.5, 1.0, 2.0, 4.0]

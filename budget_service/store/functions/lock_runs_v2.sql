@@ -33,7 +33,8 @@ BEGIN
                budget.flag_mask_v1(s.crossed), budget.flag_mask_v1(s.exhausted),
                budget.flag_mask_v1(s.breached), s.stopped_dimension, s.stopped_limit,
                s.stopped_consumed, s.stopped_observed, s.stopped_scope, s.stopped_scope_id,
-               '{}'::integer[], NULL::text, 0, 0, 0, false)::budget.engine_run_v2
+               '{}'::integer[], NULL::text, 0, 0, 0, false, s.end_user_id,
+               s.api_key_id)::budget.engine_run_v2
                ORDER BY s.run_id COLLATE "C"),
            array_agg(s.run_id ORDER BY s.run_id COLLATE "C"),
            coalesce(bool_or(cardinality(s.pool_scopes) > 0), false),

@@ -32,6 +32,8 @@ class Scope(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SCOPE_WORKFLOW: _ClassVar[Scope]
     SCOPE_AGENT: _ClassVar[Scope]
     SCOPE_PROJECT: _ClassVar[Scope]
+    SCOPE_END_USER: _ClassVar[Scope]
+    SCOPE_API_KEY: _ClassVar[Scope]
 
 class ScopeBudgetKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -93,6 +95,9 @@ class SpendGroupBy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SPEND_GROUP_BY_MODEL: _ClassVar[SpendGroupBy]
     SPEND_GROUP_BY_DAY: _ClassVar[SpendGroupBy]
     SPEND_GROUP_BY_HOUR: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_END_USER: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_API_KEY: _ClassVar[SpendGroupBy]
+    SPEND_GROUP_BY_TAG: _ClassVar[SpendGroupBy]
 
 class RunEventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -117,6 +122,8 @@ SCOPE_RUN: Scope
 SCOPE_WORKFLOW: Scope
 SCOPE_AGENT: Scope
 SCOPE_PROJECT: Scope
+SCOPE_END_USER: Scope
+SCOPE_API_KEY: Scope
 SCOPE_BUDGET_KIND_UNSPECIFIED: ScopeBudgetKind
 SCOPE_BUDGET_KIND_PER_RUN_CAP: ScopeBudgetKind
 SCOPE_BUDGET_KIND_POOLED: ScopeBudgetKind
@@ -154,6 +161,9 @@ SPEND_GROUP_BY_AGENT: SpendGroupBy
 SPEND_GROUP_BY_MODEL: SpendGroupBy
 SPEND_GROUP_BY_DAY: SpendGroupBy
 SPEND_GROUP_BY_HOUR: SpendGroupBy
+SPEND_GROUP_BY_END_USER: SpendGroupBy
+SPEND_GROUP_BY_API_KEY: SpendGroupBy
+SPEND_GROUP_BY_TAG: SpendGroupBy
 RUN_EVENT_TYPE_UNSPECIFIED: RunEventType
 RUN_EVENT_TYPE_BUDGET_RESERVED: RunEventType
 RUN_EVENT_TYPE_BUDGET_CONSUMED: RunEventType
@@ -239,7 +249,14 @@ class DimensionStatus(_message.Message):
     def __init__(self, dimension: _Optional[_Union[Dimension, str]] = ..., limit: _Optional[int] = ..., consumed: _Optional[int] = ..., held: _Optional[int] = ..., remaining: _Optional[int] = ..., binding_scope: _Optional[_Union[Scope, str]] = ..., binding_scope_id: _Optional[str] = ..., clamped_by: _Optional[str] = ..., window_end: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "project_id", "workflow_id", "agent_id", "state", "effective_budget", "dimensions", "policy_version", "outcome", "failure_code", "created_at", "updated_at", "advisory", "advisory_refusals")
+    __slots__ = ("run_id", "project_id", "workflow_id", "agent_id", "state", "effective_budget", "dimensions", "policy_version", "outcome", "failure_code", "created_at", "updated_at", "advisory", "advisory_refusals", "end_user_id", "api_key_id", "tags")
+    class TagsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
@@ -254,6 +271,9 @@ class Run(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     ADVISORY_FIELD_NUMBER: _ClassVar[int]
     ADVISORY_REFUSALS_FIELD_NUMBER: _ClassVar[int]
+    END_USER_ID_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     project_id: str
     workflow_id: str
@@ -268,7 +288,10 @@ class Run(_message.Message):
     updated_at: _timestamp_pb2.Timestamp
     advisory: bool
     advisory_refusals: int
-    def __init__(self, run_id: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., effective_budget: _Optional[_Union[EffectiveBudget, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., policy_version: _Optional[int] = ..., outcome: _Optional[_Union[RunOutcome, str]] = ..., failure_code: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., advisory: _Optional[bool] = ..., advisory_refusals: _Optional[int] = ...) -> None: ...
+    end_user_id: str
+    api_key_id: str
+    tags: _containers.ScalarMap[str, str]
+    def __init__(self, run_id: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., state: _Optional[_Union[RunState, str]] = ..., effective_budget: _Optional[_Union[EffectiveBudget, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ..., policy_version: _Optional[int] = ..., outcome: _Optional[_Union[RunOutcome, str]] = ..., failure_code: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., updated_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., advisory: _Optional[bool] = ..., advisory_refusals: _Optional[int] = ..., end_user_id: _Optional[str] = ..., api_key_id: _Optional[str] = ..., tags: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Reservation(_message.Message):
     __slots__ = ("reservation_id", "run_id", "model", "requested", "granted", "state", "expires_at", "created_at")
@@ -333,16 +356,36 @@ class PoolBalance(_message.Message):
     def __init__(self, window_start: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dimensions: _Optional[_Iterable[_Union[DimensionStatus, _Mapping]]] = ...) -> None: ...
 
 class SpendFilter(_message.Message):
-    __slots__ = ("project_id", "workflow_id", "agent_id", "model")
+    __slots__ = ("project_id", "workflow_id", "agent_id", "model", "end_user_id", "api_key_id")
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
+    END_USER_ID_FIELD_NUMBER: _ClassVar[int]
+    API_KEY_ID_FIELD_NUMBER: _ClassVar[int]
     project_id: str
     workflow_id: str
     agent_id: str
     model: str
-    def __init__(self, project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+    end_user_id: str
+    api_key_id: str
+    def __init__(self, project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., model: _Optional[str] = ..., end_user_id: _Optional[str] = ..., api_key_id: _Optional[str] = ...) -> None: ...
+
+class ApiKey(_message.Message):
+    __slots__ = ("key_id", "roles", "principal", "created_at", "revoked_at", "has_budget")
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_AT_FIELD_NUMBER: _ClassVar[int]
+    HAS_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    key_id: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    principal: str
+    created_at: _timestamp_pb2.Timestamp
+    revoked_at: _timestamp_pb2.Timestamp
+    has_budget: bool
+    def __init__(self, key_id: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., principal: _Optional[str] = ..., created_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., revoked_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., has_budget: _Optional[bool] = ...) -> None: ...
 
 class SpendRow(_message.Message):
     __slots__ = ("key", "bucket_start", "cost_nanos", "tokens", "tool_calls", "retries", "consume_count")

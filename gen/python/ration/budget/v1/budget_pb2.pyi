@@ -13,6 +13,7 @@ from ration.budget.v1.budget_messages_pb2 import ModelVerdict as ModelVerdict
 from ration.budget.v1.budget_messages_pb2 import ScopeBudget as ScopeBudget
 from ration.budget.v1.budget_messages_pb2 import PoolBalance as PoolBalance
 from ration.budget.v1.budget_messages_pb2 import SpendFilter as SpendFilter
+from ration.budget.v1.budget_messages_pb2 import ApiKey as ApiKey
 from ration.budget.v1.budget_messages_pb2 import SpendRow as SpendRow
 from ration.budget.v1.budget_messages_pb2 import TenantEventFilter as TenantEventFilter
 from ration.budget.v1.budget_messages_pb2 import BudgetReservedPayload as BudgetReservedPayload
@@ -70,6 +71,14 @@ from ration.budget.v1.budget_requests_pb2 import ReportSpendRequest as ReportSpe
 from ration.budget.v1.budget_requests_pb2 import ReportSpendResponse as ReportSpendResponse
 from ration.budget.v1.budget_requests_pb2 import ListScopeBudgetsRequest as ListScopeBudgetsRequest
 from ration.budget.v1.budget_requests_pb2 import ListScopeBudgetsResponse as ListScopeBudgetsResponse
+from ration.budget.v1.budget_requests_pb2 import CreateApiKeyRequest as CreateApiKeyRequest
+from ration.budget.v1.budget_requests_pb2 import CreateApiKeyResponse as CreateApiKeyResponse
+from ration.budget.v1.budget_requests_pb2 import ListApiKeysRequest as ListApiKeysRequest
+from ration.budget.v1.budget_requests_pb2 import ListApiKeysResponse as ListApiKeysResponse
+from ration.budget.v1.budget_requests_pb2 import RotateApiKeyRequest as RotateApiKeyRequest
+from ration.budget.v1.budget_requests_pb2 import RotateApiKeyResponse as RotateApiKeyResponse
+from ration.budget.v1.budget_requests_pb2 import RevokeApiKeyRequest as RevokeApiKeyRequest
+from ration.budget.v1.budget_requests_pb2 import RevokeApiKeyResponse as RevokeApiKeyResponse
 
 DESCRIPTOR: _descriptor.FileDescriptor
 DIMENSION_UNSPECIFIED: _budget_messages_pb2.Dimension
@@ -86,6 +95,8 @@ SCOPE_RUN: _budget_messages_pb2.Scope
 SCOPE_WORKFLOW: _budget_messages_pb2.Scope
 SCOPE_AGENT: _budget_messages_pb2.Scope
 SCOPE_PROJECT: _budget_messages_pb2.Scope
+SCOPE_END_USER: _budget_messages_pb2.Scope
+SCOPE_API_KEY: _budget_messages_pb2.Scope
 SCOPE_BUDGET_KIND_UNSPECIFIED: _budget_messages_pb2.ScopeBudgetKind
 SCOPE_BUDGET_KIND_PER_RUN_CAP: _budget_messages_pb2.ScopeBudgetKind
 SCOPE_BUDGET_KIND_POOLED: _budget_messages_pb2.ScopeBudgetKind
@@ -123,6 +134,9 @@ SPEND_GROUP_BY_AGENT: _budget_messages_pb2.SpendGroupBy
 SPEND_GROUP_BY_MODEL: _budget_messages_pb2.SpendGroupBy
 SPEND_GROUP_BY_DAY: _budget_messages_pb2.SpendGroupBy
 SPEND_GROUP_BY_HOUR: _budget_messages_pb2.SpendGroupBy
+SPEND_GROUP_BY_END_USER: _budget_messages_pb2.SpendGroupBy
+SPEND_GROUP_BY_API_KEY: _budget_messages_pb2.SpendGroupBy
+SPEND_GROUP_BY_TAG: _budget_messages_pb2.SpendGroupBy
 RUN_EVENT_TYPE_UNSPECIFIED: _budget_messages_pb2.RunEventType
 RUN_EVENT_TYPE_BUDGET_RESERVED: _budget_messages_pb2.RunEventType
 RUN_EVENT_TYPE_BUDGET_CONSUMED: _budget_messages_pb2.RunEventType

@@ -11,20 +11,31 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class OpenRunRequest(_message.Message):
-    __slots__ = ("request_id", "run_id", "project_id", "workflow_id", "agent_id", "policy")
+    __slots__ = ("request_id", "run_id", "project_id", "workflow_id", "agent_id", "policy", "end_user_id", "tags")
+    class TagsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     PROJECT_ID_FIELD_NUMBER: _ClassVar[int]
     WORKFLOW_ID_FIELD_NUMBER: _ClassVar[int]
     AGENT_ID_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    END_USER_ID_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     run_id: str
     project_id: str
     workflow_id: str
     agent_id: str
     policy: _budget_messages_pb2.BudgetPolicy
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., policy: _Optional[_Union[_budget_messages_pb2.BudgetPolicy, _Mapping]] = ...) -> None: ...
+    end_user_id: str
+    tags: _containers.ScalarMap[str, str]
+    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., project_id: _Optional[str] = ..., workflow_id: _Optional[str] = ..., agent_id: _Optional[str] = ..., policy: _Optional[_Union[_budget_messages_pb2.BudgetPolicy, _Mapping]] = ..., end_user_id: _Optional[str] = ..., tags: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class OpenRunResponse(_message.Message):
     __slots__ = ("run",)
@@ -325,20 +336,22 @@ class GetCapabilitiesResponse(_message.Message):
     def __init__(self, budget: _Optional[_Union[BudgetCapability, _Mapping]] = ..., limits: _Optional[_Union[BudgetLimits, _Mapping]] = ..., capabilities_json: _Optional[str] = ...) -> None: ...
 
 class ReportSpendRequest(_message.Message):
-    __slots__ = ("start_time", "end_time", "group_by", "filter", "page_size", "page_token")
+    __slots__ = ("start_time", "end_time", "group_by", "filter", "page_size", "page_token", "group_by_tag_key")
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
     GROUP_BY_FIELD_NUMBER: _ClassVar[int]
     FILTER_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    GROUP_BY_TAG_KEY_FIELD_NUMBER: _ClassVar[int]
     start_time: _timestamp_pb2.Timestamp
     end_time: _timestamp_pb2.Timestamp
     group_by: _budget_messages_pb2.SpendGroupBy
     filter: _budget_messages_pb2.SpendFilter
     page_size: int
     page_token: str
-    def __init__(self, start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., group_by: _Optional[_Union[_budget_messages_pb2.SpendGroupBy, str]] = ..., filter: _Optional[_Union[_budget_messages_pb2.SpendFilter, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    group_by_tag_key: str
+    def __init__(self, start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., group_by: _Optional[_Union[_budget_messages_pb2.SpendGroupBy, str]] = ..., filter: _Optional[_Union[_budget_messages_pb2.SpendFilter, _Mapping]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., group_by_tag_key: _Optional[str] = ...) -> None: ...
 
 class ReportSpendResponse(_message.Message):
     __slots__ = ("rows", "next_page_token")
@@ -369,3 +382,77 @@ class ListScopeBudgetsResponse(_message.Message):
     budgets: _containers.RepeatedCompositeFieldContainer[_budget_messages_pb2.ScopeBudget]
     next_page_token: str
     def __init__(self, budgets: _Optional[_Iterable[_Union[_budget_messages_pb2.ScopeBudget, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class CreateApiKeyRequest(_message.Message):
+    __slots__ = ("request_id", "roles", "principal", "budget")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    PRINCIPAL_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    principal: str
+    budget: _budget_messages_pb2.ScopeBudget
+    def __init__(self, request_id: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., principal: _Optional[str] = ..., budget: _Optional[_Union[_budget_messages_pb2.ScopeBudget, _Mapping]] = ...) -> None: ...
+
+class CreateApiKeyResponse(_message.Message):
+    __slots__ = ("key", "secret", "budget")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    BUDGET_FIELD_NUMBER: _ClassVar[int]
+    key: _budget_messages_pb2.ApiKey
+    secret: str
+    budget: _budget_messages_pb2.ScopeBudget
+    def __init__(self, key: _Optional[_Union[_budget_messages_pb2.ApiKey, _Mapping]] = ..., secret: _Optional[str] = ..., budget: _Optional[_Union[_budget_messages_pb2.ScopeBudget, _Mapping]] = ...) -> None: ...
+
+class ListApiKeysRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "include_revoked")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_REVOKED_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    include_revoked: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., include_revoked: _Optional[bool] = ...) -> None: ...
+
+class ListApiKeysResponse(_message.Message):
+    __slots__ = ("keys", "next_page_token")
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    keys: _containers.RepeatedCompositeFieldContainer[_budget_messages_pb2.ApiKey]
+    next_page_token: str
+    def __init__(self, keys: _Optional[_Iterable[_Union[_budget_messages_pb2.ApiKey, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class RotateApiKeyRequest(_message.Message):
+    __slots__ = ("request_id", "key_id", "overlap_seconds")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    key_id: str
+    overlap_seconds: int
+    def __init__(self, request_id: _Optional[str] = ..., key_id: _Optional[str] = ..., overlap_seconds: _Optional[int] = ...) -> None: ...
+
+class RotateApiKeyResponse(_message.Message):
+    __slots__ = ("key", "secret", "previous_valid_until")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_VALID_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    key: _budget_messages_pb2.ApiKey
+    secret: str
+    previous_valid_until: _timestamp_pb2.Timestamp
+    def __init__(self, key: _Optional[_Union[_budget_messages_pb2.ApiKey, _Mapping]] = ..., secret: _Optional[str] = ..., previous_valid_until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class RevokeApiKeyRequest(_message.Message):
+    __slots__ = ("request_id", "key_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    key_id: str
+    def __init__(self, request_id: _Optional[str] = ..., key_id: _Optional[str] = ...) -> None: ...
+
+class RevokeApiKeyResponse(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: _budget_messages_pb2.ApiKey
+    def __init__(self, key: _Optional[_Union[_budget_messages_pb2.ApiKey, _Mapping]] = ...) -> None: ...

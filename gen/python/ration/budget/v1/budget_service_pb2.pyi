@@ -37,5 +37,13 @@ from ration.budget.v1.budget_requests_pb2 import ReportSpendRequest as ReportSpe
 from ration.budget.v1.budget_requests_pb2 import ReportSpendResponse as ReportSpendResponse
 from ration.budget.v1.budget_requests_pb2 import ListScopeBudgetsRequest as ListScopeBudgetsRequest
 from ration.budget.v1.budget_requests_pb2 import ListScopeBudgetsResponse as ListScopeBudgetsResponse
+from ration.budget.v1.budget_requests_pb2 import CreateApiKeyRequest as CreateApiKeyRequest
+from ration.budget.v1.budget_requests_pb2 import CreateApiKeyResponse as CreateApiKeyResponse
+from ration.budget.v1.budget_requests_pb2 import ListApiKeysRequest as ListApiKeysRequest
+from ration.budget.v1.budget_requests_pb2 import ListApiKeysResponse as ListApiKeysResponse
+from ration.budget.v1.budget_requests_pb2 import RotateApiKeyRequest as RotateApiKeyRequest
+from ration.budget.v1.budget_requests_pb2 import RotateApiKeyResponse as RotateApiKeyResponse
+from ration.budget.v1.budget_requests_pb2 import RevokeApiKeyRequest as RevokeApiKeyRequest
+from ration.budget.v1.budget_requests_pb2 import RevokeApiKeyResponse as RevokeApiKeyResponse
 
 DESCRIPTOR: _descriptor.FileDescriptor

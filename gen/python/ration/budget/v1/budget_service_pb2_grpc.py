@@ -121,6 +121,26 @@ class BudgetServiceStub:
                 request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsRequest.SerializeToString,
                 response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsResponse.FromString,
                 _registered_method=True)
+        self.CreateApiKey = channel.unary_unary(
+                '/ration.budget.v1.BudgetService/CreateApiKey',
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CreateApiKeyRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CreateApiKeyResponse.FromString,
+                _registered_method=True)
+        self.ListApiKeys = channel.unary_unary(
+                '/ration.budget.v1.BudgetService/ListApiKeys',
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListApiKeysRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListApiKeysResponse.FromString,
+                _registered_method=True)
+        self.RotateApiKey = channel.unary_unary(
+                '/ration.budget.v1.BudgetService/RotateApiKey',
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.RotateApiKeyRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.RotateApiKeyResponse.FromString,
+                _registered_method=True)
+        self.RevokeApiKey = channel.unary_unary(
+                '/ration.budget.v1.BudgetService/RevokeApiKey',
+                request_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.RevokeApiKeyRequest.SerializeToString,
+                response_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.RevokeApiKeyResponse.FromString,
+                _registered_method=True)
 
 
 class BudgetServiceServicer:
@@ -130,7 +150,8 @@ class BudgetServiceServicer:
 
     def OpenRun(self, request, context):
         """Creates a run and resolves its effective budget once (run overlay min per-run scope caps,
-        clamped to host ceilings), its model lists across scopes, the pooled budgets it draws on and
+        clamped to host ceilings), its model lists across scopes, the pooled budgets it draws on
+        (of its workflow, agent, project, end_user_id and the issued key it was opened with) and
         whether any of its scopes is ADVISORY; emits `budget.reserved` as event 1 and an `open`
         ledger row. Idempotent per run_id: the same owners and policy return the same run (no second
         event); a different policy or owner triple for an existing run_id is ALREADY_EXISTS
@@ -290,7 +311,8 @@ class BudgetServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PutScopeBudget(self, request, context):
-        """Creates or replaces the budget of a project, workflow or agent (version + 1). Per-run caps,
+        """Creates or replaces the budget of a project, workflow, agent, end-user or API key
+        (version + 1; END_USER and API_KEY take POOLED budgets without model lists only). Per-run caps,
         model lists, pool membership and enforcement apply to runs opened afterwards (resolution
         happens once at OpenRun); a pool's new limits apply at once to its shared balance. Errors:
         VALIDATION_FAILED (e.g. scope RUN, a window on a per-run cap). Idempotent by request_id.
@@ -350,6 +372,46 @@ class BudgetServiceServicer:
         balances (GetScopeBudget reads a pool's current window). No side effects; safe to retry.
         Errors: VALIDATION_FAILED (fields scope (RUN has no scope budgets), kind, window, page_size,
         page_token). Role: admin (PERMISSION_DENIED ROLE_REQUIRED otherwise).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateApiKey(self, request, context):
+        """Mints an API key of the caller's tenant with roles, an optional principal and an optional
+        pooled budget (SCOPE_API_KEY, scope_id the new key_id: every run opened with the key draws
+        on it; change it later with PutScopeBudget). The key is shown once in the response and
+        stored only as its SHA-256; it authenticates at once on every replica (a replica that has
+        not cached it yet looks it up). Errors: VALIDATION_FAILED (roles, principal, budget.*).
+        Idempotent by request_id (a replay returns the key without its secret). Role: admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListApiKeys(self, request, context):
+        """Lists the tenant's issued keys (never their secrets), ascending by key_id, paginated.
+        No side effects. Errors: VALIDATION_FAILED (page_size, page_token). Role: admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RotateApiKey(self, request, context):
+        """Gives a key a new secret (shown once); its current secrets stay valid for overlap_seconds
+        more, then stop. Replicas drop an ended or revoked secret within
+        RATION_BUDGET_API_KEY_REFRESH_MS * 2 plus one database read (default ≤ 5 s; see README).
+        Errors: NOT_FOUND API_KEY_NOT_FOUND (also for a revoked key); VALIDATION_FAILED.
+        Idempotent by request_id (a replay returns no secret). Role: admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeApiKey(self, request, context):
+        """Revokes a key: every replica refuses it (UNAUTHENTICATED) within the bound of
+        RotateApiKey, without a restart. Runs opened with it keep their budget and history.
+        Errors: NOT_FOUND API_KEY_NOT_FOUND. Idempotent by request_id. Role: admin.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -442,6 +504,26 @@ def add_BudgetServiceServicer_to_server(servicer, server):
                     servicer.ListScopeBudgets,
                     request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsRequest.FromString,
                     response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsResponse.SerializeToString,
+            ),
+            'CreateApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateApiKey,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CreateApiKeyRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.CreateApiKeyResponse.SerializeToString,
+            ),
+            'ListApiKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListApiKeys,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListApiKeysRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListApiKeysResponse.SerializeToString,
+            ),
+            'RotateApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RotateApiKey,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.RotateApiKeyRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.RotateApiKeyResponse.SerializeToString,
+            ),
+            'RevokeApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeApiKey,
+                    request_deserializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.RevokeApiKeyRequest.FromString,
+                    response_serializer=ration_dot_budget_dot_v1_dot_budget__requests__pb2.RevokeApiKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -905,6 +987,114 @@ class BudgetService:
             '/ration.budget.v1.BudgetService/ListScopeBudgets',
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsRequest.SerializeToString,
             ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListScopeBudgetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ration.budget.v1.BudgetService/CreateApiKey',
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.CreateApiKeyRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.CreateApiKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListApiKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ration.budget.v1.BudgetService/ListApiKeys',
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListApiKeysRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.ListApiKeysResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RotateApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ration.budget.v1.BudgetService/RotateApiKey',
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.RotateApiKeyRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.RotateApiKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ration.budget.v1.BudgetService/RevokeApiKey',
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.RevokeApiKeyRequest.SerializeToString,
+            ration_dot_budget_dot_v1_dot_budget__requests__pb2.RevokeApiKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,
