@@ -30,6 +30,7 @@ from ration_client import (
 )
 from tests.support.budget import Budget, pool_events
 from tests.support.replicas import budget_processes
+from tests.support.servers import StartServer
 
 POOL = 1000
 STEP = 40  # 25 steps spend the pool exactly
@@ -184,3 +185,25 @@ async def test_reopening_a_run_for_another_end_user_or_tags_is_run_exists(
     for other in ({"end_user_id": "cust-2", "tags": {"k": "v"}}, {"end_user_id": "cust-1"}):
         with pytest.raises(RunExists):
             await b.open_run("same", project_id="p", **other)
+
+
+async def test_check_and_reserve_name_the_end_user_pool_that_refuses(
+    start_server: StartServer,
+) -> None:
+    """On the engine (decide_v2): a Check and a Reserve refused by an end-user pool name it,
+    and Check lists the pool's balance under its scope and id after the run's own four."""
+    runner = await start_server("budget")
+    async with BudgetClient(f"127.0.0.1:{runner.port}") as client:
+        await client.put_scope_budget(
+            Scope.END_USER, "cust-9", ScopeBudgetKind.POOLED, policy=Policy(max_tokens=10)
+        )
+        await client.open_run("r", project_id="p", end_user_id="cust-9", tags={"a": "b"})
+        checked = await client.check("r", estimate=Amounts(tokens=11), model="m")
+        assert (checked.would_grant, checked.refusal_reason) == (False, "BUDGET_EXHAUSTED")
+        pools = [(d.binding_scope, d.binding_scope_id, d.limit) for d in checked.dimensions[4:]]
+        assert pools == [(Scope.END_USER, "cust-9", 10)]
+        with pytest.raises(BudgetExhausted) as refused:
+            await client.reserve("r", model="m", estimate=Amounts(tokens=11))
+        metadata = refused.value.metadata
+        assert (metadata["scope"], metadata["scopeId"]) == ("end_user", "cust-9")
+        assert (await client.check("r", estimate=Amounts(tokens=10), model="m")).would_grant
