@@ -138,7 +138,7 @@ BEGIN
     -- 4. Expiry: the deciding runs' overdue holds end first.
     IF cardinality(holds) > 0 THEN
         SELECT * INTO runs, pools, holds, ledger
-        FROM budget.expire_holds_v2(runs, pools, holds, v_now);
+        FROM budget.expire_holds_v2(runs, pools, holds, deciding, v_now);
     END IF;
     -- 5. Each item in arrival order, against what the items before it left.
     FOR i IN 1..n LOOP
