@@ -10,8 +10,7 @@
 --   3. the run and the holds this call may end (the overdue ones, or every open one when
 --      p_release) are loaded, the current window of every pooled budget the run draws on gets
 --      its row, and those rows and the holds' are locked in the canonical order, by the
---      engine's own steps (budget.lock_runs_v2, pool_windows_v2, batch_holds_v2,
---      lock_pool_rows_v2);
+--      engine's own steps (budget.lock_runs_v2, batch_pools_v2);
 --   4. each overdue hold expires (budget.expire_holds_v2, oldest first; the ledger rows carry
 --      p_request_id); with p_release, unless the run already has an outcome, every hold still
 --      open is then released (budget.hold_end_v2, oldest first); the engine writes it all
@@ -67,17 +66,9 @@ BEGIN
     END IF;
     -- Holds can only draw on the pools the run was opened with; a deleted pooled budget no
     -- longer binds (no current window), though its rows still give back what its holds held.
-    IF loaded.any_pools THEN
-        SELECT * INTO runs, pools FROM budget.pool_windows_v2(p_tenant, runs, v_run, v_now);
-    END IF;
-    IF loaded.any_overdue OR cardinality(v_named) > 0 THEN
-        SELECT * INTO pools, holds FROM budget.batch_holds_v2(
-            p_tenant, runs, array_fill(p_run_id, ARRAY[cardinality(v_named)]), v_named, pools,
-            loaded.any_overdue, v_now);
-    END IF;
-    IF cardinality(pools) > 0 THEN
-        pools := budget.lock_pool_rows_v2(p_tenant, pools, false, v_run, v_now);
-    END IF;
+    SELECT * INTO runs, pools, holds FROM budget.batch_pools_v2(
+        p_tenant, runs, array_fill(p_run_id, ARRAY[cardinality(v_named)]), v_named, v_run,
+        loaded.any_pools, loaded.any_overdue, false, v_now);
     IF cardinality(holds) = 0 THEN
         RETURN;
     END IF;
