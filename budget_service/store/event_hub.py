@@ -21,7 +21,7 @@ from servicekit.tenancy import for_tenant
 log = logging.getLogger(__name__)
 # The listening connection's application_name, so operators (and tests) can find it.
 LISTENER_NAME = "ration-budget-listener"
-# Where WatchRunEvents listens: the engine (budget.decide_v1, budget.append_run_event_v1)
+# Where WatchRunEvents listens: the engine (budget.write_records_v2, for decisions and lifecycle)
 # notifies it with the JSON [tenant, run_id, last_seq] when a watched run gets events.
 EVENTS_CHANNEL = "ration_budget_events"
 

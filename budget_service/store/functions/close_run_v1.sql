@@ -11,12 +11,11 @@ CREATE OR REPLACE FUNCTION budget.close_run_v1(
     OUT status text, OUT expired integer, OUT released integer)
 LANGUAGE plpgsql AS $$
 DECLARE
-    v_id text;
     v_version integer;
 BEGIN
     PERFORM set_config('ration.tenant_id', p_tenant, true);
-    released := 0;
-    SELECT l.status, l.expired INTO status, expired
+    -- The lock releases every open hold (oldest first) unless the run already has an outcome.
+    SELECT l.status, l.expired, l.released INTO status, expired, released
     FROM budget.lock_run_v1(p_tenant, p_run_id, p_request_id, false, true) AS l;
     IF status <> 'locked' THEN
         RETURN;
@@ -26,15 +25,6 @@ BEGIN
         WHERE r.tenant_id = p_tenant AND r.run_id = p_run_id) IS NOT NULL THEN
         RETURN;
     END IF;
-    FOR v_id IN
-        SELECT h.reservation_id FROM budget.holds h
-        WHERE h.tenant_id = p_tenant AND h.run_id = p_run_id AND h.state = 'open'
-        ORDER BY h.created_at, h.reservation_id COLLATE "C"
-    LOOP
-        PERFORM budget.end_hold_v1(p_tenant, p_run_id, v_id, 'released', 'release',
-                                   p_request_id);
-        released := released + 1;
-    END LOOP;
     UPDATE budget.runs SET
         state = CASE WHEN state = 'failed' THEN 'failed' ELSE 'closed' END,
         outcome = p_outcome, updated_at = now()

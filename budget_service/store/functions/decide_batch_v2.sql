@@ -125,20 +125,13 @@ BEGIN
         END IF;
     END LOOP;
     -- 3. Pool windows and the holds the batch may end; pool rows locked after the runs.
-    IF loaded.any_pools THEN
-        SELECT * INTO runs, pools FROM budget.pool_windows_v2(tenant, runs, deciding, v_now);
-    END IF;
-    IF loaded.any_overdue OR cardinality(named_ids) > 0 THEN
-        SELECT * INTO pools, holds FROM budget.batch_holds_v2(
-            tenant, runs, named_runs, named_ids, pools, loaded.any_overdue, v_now);
-    END IF;
-    IF cardinality(pools) > 0 THEN
-        pools := budget.lock_pool_rows_v2(tenant, pools, p_read_only, deciding, v_now);
-    END IF;
+    SELECT * INTO runs, pools, holds FROM budget.batch_pools_v2(
+        tenant, runs, named_runs, named_ids, deciding, loaded.any_pools, loaded.any_overdue,
+        p_read_only, v_now);
     -- 4. Expiry: the deciding runs' overdue holds end first.
     IF cardinality(holds) > 0 THEN
         SELECT * INTO runs, pools, holds, ledger
-        FROM budget.expire_holds_v2(runs, pools, holds, v_now);
+        FROM budget.expire_holds_v2(runs, pools, holds, deciding, v_now);
     END IF;
     -- 5. Each item in arrival order, against what the items before it left.
     FOR i IN 1..n LOOP
