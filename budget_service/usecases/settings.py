@@ -35,6 +35,9 @@ class BudgetSettings:
     default_hold_ttl_seconds: int
     max_hold_ttl_seconds: int
     sweep_interval_seconds: float
+    # How often the sweeper refreshes the gauges (open holds, pool balances), which read every
+    # tenant's open holds and pools: about once per scrape, not on every sweep.
+    gauge_interval_seconds: float
     idempotency_retention_hours: int
     metric_labels: MetricLabels
     # Concurrent WatchRunEvents streams one tenant may hold open on one server process.
@@ -82,6 +85,8 @@ class BudgetSettings:
             default_hold_ttl_seconds=default_ttl,
             max_hold_ttl_seconds=max_ttl,
             sweep_interval_seconds=env.integer("RATION_SWEEP_INTERVAL_MS", 1000, minimum=10) / 1000,
+            gauge_interval_seconds=env.integer("RATION_GAUGE_INTERVAL_MS", 15000, minimum=10)
+            / 1000,
             idempotency_retention_hours=env.integer(
                 "RATION_IDEMPOTENCY_RETENTION_HOURS", 24, minimum=24
             ),

@@ -36,6 +36,7 @@ class Sweeper:
     def __init__(self, tx: Transactions) -> None:
         self._tx = tx
         self._last_purge = 0.0
+        self._last_gauges = float("-inf")
 
     async def run(self) -> None:
         interval = self._tx.settings.sweep_interval_seconds
@@ -57,7 +58,11 @@ class Sweeper:
             hours = self._tx.settings.idempotency_retention_hours
             await self._tx.upkeep(lambda conn: forget_older_than(conn, REQUEST_LOG, hours))
             await self._tx.upkeep(lambda conn: watchers.purge(conn, STALE_WATCHER_SECONDS))
-        await self._refresh_gauges()
+        # The gauges read every tenant's open holds and pools: once per scrape interval
+        # (RATION_GAUGE_INTERVAL_MS), not on every sweep, whose cost grew with the open holds.
+        if time.monotonic() - self._last_gauges >= self._tx.settings.gauge_interval_seconds:
+            self._last_gauges = time.monotonic()
+            await self._refresh_gauges()
         return expired
 
     async def _expire(self, tenant: str, run_id: str) -> int:

@@ -25,6 +25,8 @@ def service_env(database_url: str, **overrides: str) -> Env:
         "RATION_DB_POOL_MIN": "1",
         "RATION_HEALTH_PROBE_MS": "200",
         "RATION_SHUTDOWN_GRACE_MS": "200",
+        # Gauges on every sweep, as tests read them soon after the calls that move them.
+        "RATION_GAUGE_INTERVAL_MS": "10",
     }
     values.update(overrides)
     return Env(values)
