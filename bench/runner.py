@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import machine, noisy_notify, pgbench, procstat, sizing
+from bench import machine, noisy_flow, noisy_notify, pgbench, procstat, sizing, tenants
 from bench.budget import FEW_CALLERS
 from bench.budget_flow import BudgetFlow
 from bench.database import (
@@ -51,6 +51,7 @@ FIGURES = (
     "memory.append_fresh",
     "memory.list_recency",
     "memory.list_relevance",
+    *noisy_flow.NOISES,
     "noisy.notify",
 )
 
@@ -110,6 +111,8 @@ class Results:
 
 
 def _line(name: str, figure: dict[str, Any]) -> str:
+    if name.startswith("noisy."):
+        return noisy_flow.line(name, figure)
     if figure.get("status") != "ok":
         return f"{name:<30} {figure.get('status')}: {figure.get('reason', '')}"
     if "tps" in figure:
@@ -175,6 +178,10 @@ class Runner:
                 self._guarded(
                     self.results.figures, self._memory_names(), lambda: self._memory(database)
                 )
+                noisy = [n for n in noisy_flow.NOISES if self.config.selected(n)]
+                if noisy:
+                    flow = noisy_flow.NoisyFlow(self, noisy, database)
+                    self._guarded(self.results.noisy, noisy, flow.run)
                 noisy = ["noisy.notify"] if self.config.selected("noisy.notify") else []
                 self._guarded(self.results.noisy, noisy, lambda: self._noisy_notify(database))
                 self._floors()
@@ -352,7 +359,7 @@ class Runner:
             return
         env = database.service_env()
         url = env.pop("RATION_DATABASE_URL")
-        env["RATION_TOKEN_FILE"] = str(noisy_notify.token_file(self.log_dir / "tokens.json"))
+        env["RATION_TOKEN_FILE"] = str(tenants.token_file(self.log_dir / "tokens.json"))
         server = start_service("budget", 1, url, self.log_dir, env)
         with server:
             server.wait_ready()

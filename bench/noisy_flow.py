@@ -1,0 +1,267 @@
+"""Noisy neighbour, budget and memory: tenant B's Reserve+Consume alone and under A's load.
+
+One budget and one memory service, both with two tenants' tokens (bench/tenants.py), started
+as users start them. Tenant B runs Reserve+Consume pairs on its own runs (B_CALLERS callers)
+beside a few small appends to its memories, first alone, then while tenant A runs each noise:
+
+- `noisy.reports`: A_REPORT_CALLERS callers looping ReportSpend (a year, by model or by hour,
+  one group a page) over A's ledger of at least LEDGER_ROWS consume rows;
+- `noisy.memory_writes`: A_WRITERS callers each appending A_ENTRIES entries of A_ENTRY_BYTES
+  (the largest legal write; more writers than A's CPU share of jobs);
+- `noisy.hot_runs`: A_HOT_CALLERS callers hammering Reserve+Consume on A_HOT_RUNS runs.
+
+A starts LEAD seconds before B's warm-up and runs until B's window closes. A's RPC/s and
+errors are reported beside B's figure (A being throttled, RESOURCE_EXHAUSTED, is the point);
+the figure is B's p99 under A ÷ B's p99 alone (DESIGN 5: at most 2).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from bench import budget, tenants
+from bench.caller import auth, unary
+from bench.database import BenchDatabase, admin
+from bench.load import LoadSpec, run_together
+from bench.servers import ServerProcess, start_service
+from ration.budget.v1 import budget_pb2 as pb
+
+if TYPE_CHECKING:
+    from bench.runner import Runner
+
+NOISES = ("noisy.reports", "noisy.memory_writes", "noisy.hot_runs")
+B_CALLERS = 8  # enough for a stable p99 of B's own, few enough to leave A the machine
+B_APPEND_CALLERS = 2
+B_RUNS, B_MEMORIES = 200, 16
+A_REPORT_CALLERS, A_REPORT_RUNS, A_REPORT_PAIRS = 16, 10, 100
+LEDGER_ROWS = 100_000
+A_WRITERS, A_ENTRIES, A_ENTRY_BYTES = 36, 60, 15_000
+A_HOT_CALLERS, A_HOT_RUNS = 64, 16
+LEAD = 1.0
+B_PREFIX, HOT_PREFIX, REPORT_PREFIX = "noisy-b", "noisy-hot", "noisy-report"
+HOURS = 8_000  # seeded rows spread over this many past hours (inside the report's year)
+MODELS = 20
+
+
+def seed_ledger_sql(tenant: str, copies: int) -> str:
+    """`copies` copies of each consume row the service wrote on `tenant`'s report runs, spread
+    over HOURS past hours and MODELS models (so a report by hour or model has many groups).
+    The ledger's identity column takes the sequence's next values; `LATERAL`, so
+    jsonb_populate_record runs once per row and not once per column."""
+    return (
+        "INSERT INTO budget.ledger OVERRIDING SYSTEM VALUE SELECT c.*"
+        " FROM (SELECT to_jsonb(l) AS doc FROM budget.ledger l"
+        f" WHERE l.tenant_id = '{tenant}' AND l.decision = 'consume'"
+        f" AND l.run_id LIKE '{REPORT_PREFIX}-%') t"
+        f" CROSS JOIN generate_series(1, {copies}) g,"
+        " LATERAL jsonb_populate_record(NULL::budget.ledger, t.doc || jsonb_build_object("
+        " 'entry_id', nextval(pg_get_serial_sequence('budget.ledger', 'entry_id')),"
+        " 'request_id', 'noisy-seed-' || g || '-' || (t.doc ->> 'entry_id'),"
+        f" 'model', 'model-' || (g % {MODELS}),"
+        f" 'created_at', now() - make_interval(hours => g % {HOURS}))) c"
+    )
+
+
+def ratio(under: Any, alone: Any) -> float | None:
+    """B under A ÷ B alone, or None when either is missing or alone is not positive."""
+    ok = isinstance(under, int | float) and isinstance(alone, int | float)
+    return round(under / alone, 2) if ok and alone > 0 else None
+
+
+def _noise(figure: dict[str, Any]) -> dict[str, Any]:
+    """What tenant A achieved: its rate, latency and errors (throttling included)."""
+    keys = ("scenario", "concurrency", "status", "reason", "rpc_per_s", "p50_ms", "p99_ms")
+    return {k: figure[k] for k in (*keys, "errors") if k in figure}
+
+
+def figure(
+    alone: list[dict[str, Any]], under: list[dict[str, Any]], noise: dict[str, Any]
+) -> dict[str, Any]:
+    """The noisy figure from B's [pairs, appends] alone and under A, and A's own figure."""
+    for phase, (pairs, _) in (("alone", alone), ("under A", under)):
+        if pairs.get("status") != "ok":
+            reason = f"B {phase}: {pairs.get('status')}: {pairs.get('reason', '')}"
+            return {"status": "failed", "reason": reason, "a": _noise(noise)}
+    (pairs_alone, append_alone), (pairs_under, append_under) = alone, under
+    appends: dict[str, Any] = {"callers": append_under.get("concurrency")}
+    if append_alone.get("status") == "ok" and append_under.get("status") == "ok":
+        appends.update(
+            alone_p99_ms=append_alone["p99_ms"],
+            under_p99_ms=append_under["p99_ms"],
+            ratio_p99=ratio(append_under["p99_ms"], append_alone["p99_ms"]),
+        )
+    else:
+        appends["status"] = f"{append_alone.get('status')} / {append_under.get('status')}"
+    return {
+        "status": "ok",
+        "b_callers": pairs_under.get("concurrency"),
+        "alone_p50_ms": pairs_alone["p50_ms"],
+        "alone_p99_ms": pairs_alone["p99_ms"],
+        "under_p50_ms": pairs_under["p50_ms"],
+        "under_p99_ms": pairs_under["p99_ms"],
+        "ratio_p99": ratio(pairs_under["p99_ms"], pairs_alone["p99_ms"]),
+        "b_pairs_per_s": [pairs_alone.get("ops_per_s"), pairs_under.get("ops_per_s")],
+        "b_errors": pairs_under.get("errors", {}),
+        "b_appends": appends,
+        "a": _noise(noise),
+    }
+
+
+async def _a_consumes(target: str, run_ids: list[str], pairs: int) -> None:
+    """Reserve+Consume pairs as tenant A: the ledger rows the seeding copies."""
+    metadata = auth({"tenant": tenants.NOISY})
+    async with grpc.aio.insecure_channel(target) as channel:
+        reserve = unary(channel, budget.SERVICE + "Reserve", pb.ReserveResponse)
+        consume = unary(channel, budget.SERVICE + "Consume", pb.ConsumeResponse)
+        for i in range(pairs):
+            rid = run_ids[i % len(run_ids)]
+            held = await reserve(
+                pb.ReserveRequest(
+                    request_id=uuid.uuid4().hex, run_id=rid, model=budget.MODEL,
+                    estimate=budget.ESTIMATE, ttl_seconds=60,
+                ),
+                timeout=30, metadata=metadata,
+            )  # fmt: skip
+            await consume(
+                pb.ConsumeRequest(
+                    request_id=uuid.uuid4().hex, run_id=rid, model=budget.MODEL,
+                    reservation_id=held.reservation.reservation_id, usage=budget.USAGE,
+                ),
+                timeout=30, metadata=metadata,
+            )  # fmt: skip
+
+
+class NoisyFlow:
+    def __init__(self, runner: Runner, names: list[str], database: BenchDatabase) -> None:
+        self.runner = runner
+        self.config = runner.config
+        self.names = names
+        self.database = database
+
+    def _service(self, name: str) -> ServerProcess:
+        env = self.database.service_env()
+        url = env.pop("RATION_DATABASE_URL")
+        env["RATION_TOKEN_FILE"] = str(tenants.token_file(self.runner.log_dir / "tokens.json"))
+        server = start_service(name, self.config.workers, url, self.runner.log_dir, env)
+        try:
+            server.wait_ready()
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def b_specs(self, budget_at: str, memory_at: str) -> list[LoadSpec]:
+        """B's measured calls: pairs on its runs, and single small appends to its memories."""
+        pairs = self.config.spec(
+            "budget.pairs",
+            budget_at,
+            params={"runs": B_RUNS, "prefix": B_PREFIX, "tenant": tenants.MEASURED},
+            processes=1,
+            concurrency=B_CALLERS,
+            rpcs_per_op=2,
+        )
+        refs = [f"noisy/b-{i}" for i in range(B_MEMORIES)]
+        appends = self.config.spec(
+            "memory.append",
+            memory_at,
+            params={"memory_refs": refs, "start": 0, "tenant": tenants.MEASURED},
+            processes=1,
+            concurrency=B_APPEND_CALLERS,
+        )
+        return [pairs, appends]
+
+    def noise_spec(self, name: str, budget_at: str, memory_at: str) -> LoadSpec:
+        """Tenant A's load for `name`, from LEAD before B's warm-up to the end of B's window."""
+        a = {"tenant": tenants.NOISY}
+        scenario, target, params, callers = {
+            "noisy.reports": ("budget.report", budget_at, a, A_REPORT_CALLERS),
+            "noisy.memory_writes": (
+                "memory.append_big",
+                memory_at,
+                {**a, "entries": A_ENTRIES, "entry_bytes": A_ENTRY_BYTES},
+                A_WRITERS,
+            ),
+            "noisy.hot_runs": (
+                "budget.pairs",
+                budget_at,
+                {**a, "runs": A_HOT_RUNS, "prefix": HOT_PREFIX},
+                A_HOT_CALLERS,
+            ),
+        }[name]
+        return self.config.spec(
+            scenario,
+            target,
+            params=params,
+            concurrency=callers,
+            warmup=LEAD,
+            duration=self.config.warmup + self.config.duration,
+            rpcs_per_op=2 if scenario == "budget.pairs" else 1,
+        )
+
+    def seed_ledger(self, budget_at: str) -> None:
+        """A's ledger grown to LEDGER_ROWS consume rows: pairs through the service, then SQL
+        copies of the rows it wrote."""
+        began = time.monotonic()
+        runs = [budget.run_id(i, REPORT_PREFIX) for i in range(A_REPORT_RUNS)]
+        asyncio.run(budget.open_runs(budget_at, runs, tenant=tenants.NOISY))
+        asyncio.run(_a_consumes(budget_at, runs, A_REPORT_PAIRS))
+        copies = math.ceil(LEDGER_ROWS / A_REPORT_PAIRS)
+        count = (
+            "SELECT count(*) FROM budget.ledger"
+            f" WHERE tenant_id = '{tenants.NOISY}' AND decision = 'consume'"
+        )
+        sql = seed_ledger_sql(tenants.NOISY, copies)
+        rows = asyncio.run(admin(self.database.url, sql, "ANALYZE budget.ledger", count))
+        seconds = round(time.monotonic() - began, 2)
+        self.runner.results.setup["noisy.reports.ledger"] = {
+            "consume_rows": int(rows[0]),
+            "seconds": seconds,
+        }
+        self.config.log(f"{'seed A ledger':<30} {int(rows[0]):,} consume rows in {seconds:.1f} s")
+
+    def run(self) -> None:
+        with self._service("budget") as budget_server, self._service("memory") as memory_server:
+            budget_at, memory_at = budget_server.address, memory_server.address
+            asyncio.run(
+                budget.open_runs(
+                    budget_at, [budget.run_id(i, B_PREFIX) for i in range(B_RUNS)],
+                    tenant=tenants.MEASURED,
+                )
+            )  # fmt: skip
+            if "noisy.hot_runs" in self.names:
+                hot = [budget.run_id(i, HOT_PREFIX) for i in range(A_HOT_RUNS)]
+                asyncio.run(budget.open_runs(budget_at, hot, tenant=tenants.NOISY))
+            if "noisy.reports" in self.names:
+                self.seed_ledger(budget_at)
+            b = self.b_specs(budget_at, memory_at)
+            alone = [r.figure() for r in run_together([(spec, 0.0) for spec in b])]
+            for name in self.names:
+                noise = self.noise_spec(name, budget_at, memory_at)
+                results = run_together([(noise, 0.0), *((spec, LEAD) for spec in b)])
+                under = [r.figure() for r in results[1:]]
+                self.runner.record(
+                    self.runner.results.noisy, name, figure(alone, under, results[0].figure())
+                )
+
+
+def line(name: str, figure: dict[str, Any]) -> str:
+    """The console line of a noisy figure: B alone and under A, the ratio, what A achieved."""
+    a = figure.get("a", {})
+    if a.get("status") == "ok":
+        errors = ", ".join(f"{k} ×{v}" for k, v in (a.get("errors") or {}).items()) or "no errors"
+        noise = f"A {a['rpc_per_s']:,.0f} RPC/s ({errors})"
+    else:
+        noise = f"A {a.get('status')}: {str(a.get('reason', ''))[:200]}"
+    if figure.get("status") != "ok":
+        return f"{name:<30} {figure.get('status')}: {figure.get('reason', '')}; {noise}"
+    return (
+        f"{name:<30} B p50/p99 alone {figure['alone_p50_ms']:.1f}/{figure['alone_p99_ms']:.1f} ms,"
+        f" under A {figure['under_p50_ms']:.1f}/{figure['under_p99_ms']:.1f} ms:"
+        f" x{figure['ratio_p99']}; {noise}"
+    )
