@@ -92,12 +92,18 @@ def figure(
     appends: dict[str, Any] = {"callers": append_under.get("concurrency")}
     if append_alone.get("status") == "ok" and append_under.get("status") == "ok":
         appends.update(
+            status="ok",
             alone_p99_ms=append_alone["p99_ms"],
             under_p99_ms=append_under["p99_ms"],
             ratio_p99=ratio(append_under["p99_ms"], append_alone["p99_ms"]),
         )
     else:
-        appends["status"] = f"{append_alone.get('status')} / {append_under.get('status')}"
+        why = [
+            f"{phase}: {f.get('status')}: {f.get('reason', '')}"
+            for phase, f in (("alone", append_alone), ("under A", append_under))
+            if f.get("status") != "ok"
+        ]
+        appends.update(status="failed", reason="; ".join(why))
     return {
         "status": "ok",
         "b_callers": pairs_under.get("concurrency"),
@@ -260,8 +266,13 @@ def line(name: str, figure: dict[str, Any]) -> str:
         noise = f"A {a.get('status')}: {str(a.get('reason', ''))[:200]}"
     if figure.get("status") != "ok":
         return f"{name:<30} {figure.get('status')}: {figure.get('reason', '')}; {noise}"
+    appends = figure.get("b_appends", {})
+    if appends.get("status") == "ok":
+        mine = f"B appends p99 x{appends['ratio_p99']}"
+    else:
+        mine = f"B appends {appends.get('status')}: {str(appends.get('reason', ''))[:120]}"
     return (
         f"{name:<30} B p50/p99 alone {figure['alone_p50_ms']:.1f}/{figure['alone_p99_ms']:.1f} ms,"
         f" under A {figure['under_p50_ms']:.1f}/{figure['under_p99_ms']:.1f} ms:"
-        f" x{figure['ratio_p99']}; {noise}"
+        f" x{figure['ratio_p99']}; {mine}; {noise}"
     )

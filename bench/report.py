@@ -325,11 +325,13 @@ def _noisy_note(f: dict[str, Any]) -> str:
     else:
         note = f"A {_status(a)}"
     appends = f.get("b_appends") or {}
-    if "ratio_p99" in appends:
+    if appends.get("status") == "ok":
         note += (
             f"; B's appends p99 {_num(appends['alone_p99_ms'])} → "
             f"{_num(appends['under_p99_ms'])} ms ({_num(appends['ratio_p99'])}×)"
         )
+    elif appends:
+        note += f"; B's appends {_status(appends)}"
     return note
 
 
