@@ -10,9 +10,11 @@ beside a few small appends to its memories, first alone, then while tenant A run
   (the largest legal write; more writers than A's CPU share of jobs);
 - `noisy.hot_runs`: A_HOT_CALLERS callers hammering Reserve+Consume on A_HOT_RUNS runs.
 
-A starts LEAD seconds before B's warm-up and runs until B's window closes. A's RPC/s and
-errors are reported beside B's figure (A being throttled, RESOURCE_EXHAUSTED, is the point);
-the figure is B's p99 under A ÷ B's p99 alone (DESIGN 5: at most 2).
+A starts LEAD seconds before B's warm-up and runs until B's window closes, every call of A
+recorded and none allowed past that moment (its deadline is A's whole period: a 900 KB write
+can take longer than a window). A's RPC/s and errors are reported beside B's figure (A being
+throttled, RESOURCE_EXHAUSTED, is the point); the figure is B's p99 under A ÷ B's p99 alone
+(DESIGN 5: at most 2).
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from ration.budget.v1 import budget_pb2 as pb
 if TYPE_CHECKING:
     from bench.runner import Runner
 
-NOISES = ("noisy.reports", "noisy.memory_writes", "noisy.hot_runs")
+# In this order: A's memory writes outlast their calls (a started CPU job runs to its end), so
+# they come last, and the services are stopped right after them.
+NOISES = ("noisy.reports", "noisy.hot_runs", "noisy.memory_writes")
 B_CALLERS = 8  # enough for a stable p99 of B's own, few enough to leave A the machine
 B_APPEND_CALLERS = 2
 B_RUNS, B_MEMORIES = 200, 16
@@ -183,7 +187,8 @@ class NoisyFlow:
         return [pairs, appends]
 
     def noise_spec(self, name: str, budget_at: str, memory_at: str) -> LoadSpec:
-        """Tenant A's load for `name`, from LEAD before B's warm-up to the end of B's window."""
+        """Tenant A's load for `name`, from LEAD before B's warm-up to the end of B's window:
+        all of it measured (no warm-up of its own), no call outliving it."""
         a = {"tenant": tenants.NOISY}
         scenario, target, params, callers = {
             "noisy.reports": ("budget.report", budget_at, a, A_REPORT_CALLERS),
@@ -200,13 +205,15 @@ class NoisyFlow:
                 A_HOT_CALLERS,
             ),
         }[name]
+        period = LEAD + self.config.warmup + self.config.duration
         return self.config.spec(
             scenario,
             target,
             params=params,
             concurrency=callers,
-            warmup=LEAD,
-            duration=self.config.warmup + self.config.duration,
+            warmup=0.0,
+            duration=period,
+            timeout=period,
             rpcs_per_op=2 if scenario == "budget.pairs" else 1,
         )
 
