@@ -53,6 +53,7 @@ def test_figure_from_b_alone_b_under_and_a() -> None:
     assert (figure["alone_p50_ms"], figure["alone_p99_ms"]) == (5.0, 20.0)
     assert (figure["under_p50_ms"], figure["under_p99_ms"]) == (9.0, 50.0)
     assert figure["ratio_p99"] == 2.5
+    assert figure["met"] is False  # the pairs' 2.5 > 2
     assert figure["b_callers"] == 8
     assert figure["b_pairs_per_s"] == [100.0, 80.0]
     assert figure["b_errors"] == {"DEADLINE_EXCEEDED": 1}
@@ -76,11 +77,32 @@ def test_figure_fails_when_b_failed_and_says_why_appends_failed() -> None:
     assert figure["status"] == "failed"
     assert figure["reason"] == "B under A: failed: no successful RPC"
     assert figure["a"]["rpc_per_s"] == 22.5
-    figure = noisy_flow.figure(alone, [_pairs(6.0, 30.0), failed], {**failed, "errors": {}})
+    timed_out = {**failed, "errors": {"DEADLINE_EXCEEDED": 36}}
+    figure = noisy_flow.figure(alone, [_pairs(6.0, 30.0), failed], timed_out)
     assert figure["status"] == "ok"
+    assert figure["ratio_p99"] == 1.5
     assert figure["b_appends"]["status"] == "failed"
     assert figure["b_appends"]["reason"] == "under A: failed: no successful RPC"
-    assert figure["a"] == {"status": "failed", "reason": "no successful RPC", "errors": {}}
+    assert figure["met"] is False  # B's appends never finished under A
+    assert figure["a"] == {
+        "status": "failed",
+        "reason": "no call finished in its period",
+        "errors": {"DEADLINE_EXCEEDED": 36},
+    }
+    line = noisy_flow.line("noisy.memory_writes", figure)
+    assert line.endswith(
+        "≤ 2: no; A failed: no call finished in its period (errors DEADLINE_EXCEEDED ×36)"
+    )
+
+
+def test_met_when_every_measured_ratio_of_b_is_within_two() -> None:
+    assert noisy_flow.met(2.0, {"status": "ok", "ratio_p99": 1.9})
+    assert not noisy_flow.met(2.01, {"status": "ok", "ratio_p99": 1.0})
+    assert not noisy_flow.met(1.0, {"status": "ok", "ratio_p99": 2.2})
+    assert not noisy_flow.met(None, {"status": "ok", "ratio_p99": 1.0})
+    # Appends not measurable alone say nothing about A; never finishing under A is a no.
+    assert noisy_flow.met(1.0, {"status": "failed", "reason": "alone: failed: x"})
+    assert not noisy_flow.met(1.0, {"status": "failed", "reason": "under A: failed: x"})
 
 
 def test_console_line_names_b_ratio_and_what_a_did() -> None:
@@ -90,7 +112,7 @@ def test_console_line_names_b_ratio_and_what_a_did() -> None:
     assert "alone 5.0/20.0 ms" in line
     assert "under A 9.0/50.0 ms: x2.5" in line
     assert "B appends p99 x1.5" in line
-    assert "A 22 RPC/s (RESOURCE_EXHAUSTED TENANT_BUSY ×40)" in line
+    assert "B appends p99 x1.5; ≤ 2: no; A 22 RPC/s (RESOURCE_EXHAUSTED TENANT_BUSY ×40)" in line
     failed = noisy_flow.figure(alone, [{"status": "failed", "reason": "r"}, _append(1.0)], A_OK)
     assert noisy_flow.line("noisy.reports", failed).startswith(
         "noisy.reports                  failed: B under A: failed: r; A 22 RPC/s"
@@ -137,8 +159,13 @@ def test_results_md_noisy_section(tmp_path: Path) -> None:
     assert "| noisy.memory_writes | failed: boom | | | | A 22.50 RPC/s" in text
     assert (
         "| noisy.notify | 100 / 150 | 120 / 160 | 1.07 | yes | 30 rounds; SIGTERM exit 0.40 s |"
-        in (text)
+        in text
     )
+    appends_stuck = noisy_flow.figure(alone, [_pairs(9.0, 30.0), {"status": "failed"}], A_OK)
+    results["noisy"] = {"noisy.memory_writes": appends_stuck}
+    text = report.write(results, tmp_path)["markdown"].read_text()
+    assert "| noisy.memory_writes | 5.00 / 20.00 | 9.00 / 30.00 | 1.50 | no |" in text
+    assert "B's appends failed: under A: failed: " in text
 
 
 def _exhausted(delay: Duration | None) -> grpc.aio.AioRpcError:
