@@ -31,7 +31,6 @@ from bench import budget, tenants
 from bench.caller import auth, unary
 from bench.database import BenchDatabase, admin
 from bench.load import LoadSpec, run_together
-from bench.servers import ServerProcess, start_service
 from ration.budget.v1 import budget_pb2 as pb
 
 if TYPE_CHECKING:
@@ -168,18 +167,6 @@ class NoisyFlow:
         self.names = names
         self.database = database
 
-    def _service(self, name: str) -> ServerProcess:
-        env = self.database.service_env()
-        url = env.pop("RATION_DATABASE_URL")
-        env["RATION_TOKEN_FILE"] = str(tenants.token_file(self.runner.log_dir / "tokens.json"))
-        server = start_service(name, self.config.workers, url, self.runner.log_dir, env)
-        try:
-            server.wait_ready()
-        except BaseException:
-            server.stop()
-            raise
-        return server
-
     def b_specs(self, budget_at: str, memory_at: str) -> list[LoadSpec]:
         """B's measured calls: pairs on its runs, and single small appends to its memories."""
         pairs = self.config.spec(
@@ -253,7 +240,10 @@ class NoisyFlow:
         self.config.log(f"{'seed A ledger':<30} {int(rows[0]):,} consume rows in {seconds:.1f} s")
 
     def run(self) -> None:
-        with self._service("budget") as budget_server, self._service("memory") as memory_server:
+        with (
+            self.runner.service("budget", self.database, tokens=True) as budget_server,
+            self.runner.service("memory", self.database, tokens=True) as memory_server,
+        ):
             budget_at, memory_at = budget_server.address, memory_server.address
             asyncio.run(
                 budget.open_runs(

@@ -335,11 +335,21 @@ class Runner:
             figure["worker_share"] = [round(d / sum(done), 3) for d in done]
         return figure
 
-    def service(self, name: str, database: BenchDatabase) -> ServerProcess:
-        """The service as deployed: connected as the application role, migrating as the owner."""
+    def service(
+        self,
+        name: str,
+        database: BenchDatabase,
+        workers: int | None = None,
+        tokens: bool = False,
+    ) -> ServerProcess:
+        """The service as deployed: connected as the application role, migrating as the owner;
+        with `tokens`, a writer token for each of two tenants (bench/tenants.py)."""
         env = database.service_env()
         url = env.pop("RATION_DATABASE_URL")
-        server = start_service(name, self.config.workers, url, self.log_dir, env)
+        if tokens:
+            env["RATION_TOKEN_FILE"] = str(tenants.token_file(self.log_dir / "tokens.json"))
+        workers = self.config.workers if workers is None else workers
+        server = start_service(name, workers, url, self.log_dir, env)
         try:
             server.wait_ready()
         except BaseException:
@@ -357,14 +367,9 @@ class Runner:
         """bench/noisy_notify.py: a budget service with two tenants' tokens, `ration notify`."""
         if not self.config.selected("noisy.notify"):
             return
-        env = database.service_env()
-        url = env.pop("RATION_DATABASE_URL")
-        env["RATION_TOKEN_FILE"] = str(tenants.token_file(self.log_dir / "tokens.json"))
-        server = start_service("budget", 1, url, self.log_dir, env)
-        with server:
-            server.wait_ready()
+        with self.service("budget", database, workers=1, tokens=True) as server:
             rounds = 10 if self.config.mode == "quick" else 30
-            app = {"RATION_DATABASE_URL": url}
+            app = {"RATION_DATABASE_URL": database.app_url}
             figure = noisy_notify.measure(server.address, app, rounds, self.log_dir)
         self.results.noisy["noisy.notify"] = figure
         self.config.log(
