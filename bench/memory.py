@@ -139,8 +139,8 @@ def big_append_op(
     channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], index: int
 ) -> Op:
     """AppendEntries of `entries` entries of `entry_bytes` each to a new memory per call (no
-    memory fills up), as `tenant`: the largest legal writes, what a tenant's full share of the
-    memory CPU (sizing, redaction) is spent on."""
+    memory fills up), as `tenant`: writes near the largest legal ones, what a tenant's share of
+    the memory CPU (sizing, redaction, embedding) is spent on."""
     call = unary(
         channels[index % len(channels)], SERVICE + "AppendEntries", pb.AppendEntriesResponse
     )

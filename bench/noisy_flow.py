@@ -7,7 +7,7 @@ beside a few small appends to its memories, first alone, then while tenant A run
 - `noisy.reports`: A_REPORT_CALLERS callers looping ReportSpend (a year, by model or by hour,
   one group a page) over A's ledger of at least LEDGER_ROWS consume rows;
 - `noisy.memory_writes`: A_WRITERS callers each appending A_ENTRIES entries of A_ENTRY_BYTES
-  (the largest legal write; more writers than A's CPU share of jobs);
+  (900 KB, near the 1 MiB of text a write may carry; as in issue 24) to a new memory each;
 - `noisy.hot_runs`: A_HOT_CALLERS callers hammering Reserve+Consume on A_HOT_RUNS runs.
 
 A starts LEAD seconds before B's warm-up and runs until B's window closes, every call of A
