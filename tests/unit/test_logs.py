@@ -73,7 +73,7 @@ def test_error_text_names_class_sqlstate_and_message_bounded() -> None:
     from servicekit.logs import ERROR_TEXT_CHARS, error_text
 
     error = asyncpg.PostgresError("multi-task query about to be executed")
-    error.sqlstate = "XX000"  # type: ignore[attr-defined]
+    error.sqlstate = "XX000"
     assert error_text(error) == ("PostgresError [XX000]: multi-task query about to be executed")
     assert error_text(TimeoutError()) == "TimeoutError"
     assert len(error_text(ValueError("x" * 5000))) == ERROR_TEXT_CHARS
