@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -97,14 +97,14 @@ async def _single_shard_only(database: citus.CitusDatabase) -> None:
 
 
 @contextmanager
-def running_stack(prepare: list[str] | None = None) -> Iterator[Stack]:
+def running_stack(prepare: Callable[[str], list[str]] | None = None) -> Iterator[Stack]:
     """A new database, distributed, the guard on, `ration up` serving; dropped afterwards.
-    `prepare`: superuser statements run on each worker's copy of the database first."""
+    `prepare(name)`: superuser statements for each worker's copy of the database, run first."""
     database = asyncio.run(citus.create())
     try:
         for node in database.workers:
-            for statement in prepare or ():
-                asyncio.run(citus.execute(database.node_url(node, database.name), statement))
+            statements = prepare(database.name) if prepare else []
+            asyncio.run(citus.execute(database.node_url(node, database.name), *statements))
         output = ration(["migrate", "--distribute"], database.owner_url)
         asyncio.run(_single_shard_only(database))
         services = serve(database, ["up"])

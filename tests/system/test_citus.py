@@ -33,7 +33,7 @@ from ration_client import (
 from tests.api.test_readme_tour import run_block, tour_code
 from tests.support import citus
 from tests.support.citus_memory import SERVICE_ENV, exercise_memory, write_token_file
-from tests.support.citus_stack import Stack, admin, fetch, ration, running_stack, serve
+from tests.support.citus_stack import Stack, fetch, ration, running_stack, serve
 
 REASON = citus.skip_reason()
 pytestmark = [
