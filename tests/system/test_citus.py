@@ -8,8 +8,10 @@ both services as the application role, and against them the README tour, a race 
 replicas on one run, WatchRunEvents live while the writes happen on the workers, the memory
 calls, and hold expiry by the sweeper. Every statement the services send as the application
 role while these run must be single-shard: the role runs with
-`citus.multi_task_query_log_level = 'error'`, so a statement that would fan out to several
-shards fails its call (and the test), and a control query shows the setting bites.
+`citus.multi_task_query_log_level = 'error'` (tests/support/citus_stack.py; the cross-tenant
+upkeep functions are exempt, they fan out by design), so a statement that would fan out to
+several shards fails its call and is logged (the test reads the log), and a control query shows
+the setting bites. tests/system/test_citus_shards.py checks on the workers what this cannot see.
 """
 
 from __future__ import annotations
