@@ -5,10 +5,13 @@
 -- order (budget.scope_rank_v1, scope_id, window), before any pool row is locked: two calls
 -- creating rows never wait on each other crosswise. A row another call inserted and has not
 -- committed is skipped by the NOT EXISTS probe, so this never waits on it either.
+-- PL/pgSQL, not SQL: Citus cannot plan a statement on a distributed table inside an SQL
+-- function that uses the function's parameters ("could not create distributed plan").
 CREATE OR REPLACE FUNCTION budget.open_pool_windows_v1(
     p_tenant text, p_scopes text[], p_scope_ids text[], p_windows timestamptz[])
 RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE plpgsql AS $$
+BEGIN
     INSERT INTO budget.pool_balances (tenant_id, scope, scope_id, window_start)
     SELECT p_tenant, k.scope, k.scope_id, k.window_start
     FROM unnest(p_scopes, p_scope_ids, p_windows) AS k(scope, scope_id, window_start)
@@ -17,5 +20,6 @@ LANGUAGE sql AS $$
         WHERE x.tenant_id = p_tenant AND x.scope = k.scope
           AND x.scope_id = k.scope_id AND x.window_start = k.window_start)
     ORDER BY budget.scope_rank_v1(k.scope), k.scope_id COLLATE "C", k.window_start
-    ON CONFLICT DO NOTHING
+    ON CONFLICT DO NOTHING;
+END;
 $$;
