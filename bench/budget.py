@@ -1,16 +1,19 @@
-"""Budget scenarios: runs opened beforehand, Reserve+Consume pairs (spread or hot), Check."""
+"""Budget scenarios: runs opened beforehand, Reserve+Consume pairs (spread or hot), Check,
+ReportSpend."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
 
-from bench.caller import Caller, Op, unary
+from bench.caller import Caller, Op, auth, unary
 from ration.budget.v1 import budget_pb2 as pb
 
 SERVICE = "/ration.budget.v1.BudgetService/"
@@ -25,12 +28,21 @@ ESTIMATE = pb.Amounts(tokens=1_000, cost_nanos=2_000_000)
 USAGE = pb.Amounts(tokens=800, cost_nanos=1_600_000)
 
 
-def run_id(index: int) -> str:
-    return f"bench-run-{index:05d}"
+# A year of spend, read one group a page: each page aggregates the whole window today.
+REPORT_DAYS = 365
+REPORT_GROUPS = (pb.SPEND_GROUP_BY_MODEL, pb.SPEND_GROUP_BY_HOUR)
 
 
-async def open_runs(target: str, run_ids: Sequence[str], concurrency: int = 32) -> None:
-    """OpenRun for every id with large limits (idempotent per run id; errors propagate)."""
+def run_id(index: int, prefix: str = "bench-run") -> str:
+    return f"{prefix}-{index:05d}"
+
+
+async def open_runs(
+    target: str, run_ids: Sequence[str], concurrency: int = 32, tenant: str | None = None
+) -> None:
+    """OpenRun for every id with large limits (idempotent per run id; errors propagate), as
+    `tenant` (bench/tenants.py) when the server has tokens."""
+    metadata = auth({"tenant": tenant})
     async with grpc.aio.insecure_channel(target) as channel:
         open_run = unary(channel, SERVICE + "OpenRun", pb.OpenRunResponse)
         gate = asyncio.Semaphore(concurrency)
@@ -45,7 +57,7 @@ async def open_runs(target: str, run_ids: Sequence[str], concurrency: int = 32) 
                 policy=POLICY,
             )
             async with gate:
-                await open_run(request, timeout=30)
+                await open_run(request, timeout=30, metadata=metadata)
 
         await asyncio.gather(*(one(rid) for rid in run_ids))
 
@@ -55,14 +67,16 @@ def _runs(params: Mapping[str, Any], index: int) -> tuple[random.Random, int, bo
 
 
 def pair_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], index: int) -> Op:
-    """Reserve then Consume that hold: on a random run of `runs`, or on the hot run."""
+    """Reserve then Consume that hold: on a random run of `runs` (named `prefix`-N), or on the
+    hot run; as `tenant` when given."""
     channel = channels[index % len(channels)]
     reserve = unary(channel, SERVICE + "Reserve", pb.ReserveResponse)
     consume = unary(channel, SERVICE + "Consume", pb.ConsumeResponse)
     rng, runs, hot = _runs(params, index)
+    prefix, metadata = str(params.get("prefix", "bench-run")), auth(params)
 
     async def op(caller: Caller) -> None:
-        rid = HOT_RUN if hot else run_id(rng.randrange(runs))
+        rid = HOT_RUN if hot else run_id(rng.randrange(runs), prefix)
         held = await caller.rpc(
             "Reserve",
             reserve(
@@ -75,6 +89,7 @@ def pair_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], ind
                     mode=pb.RESERVE_MODE_ALL_OR_NOTHING,
                 ),
                 timeout=caller.timeout,
+                metadata=metadata,
             ),
         )
         await caller.rpc(
@@ -88,6 +103,7 @@ def pair_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], ind
                     usage=USAGE,
                 ),
                 timeout=caller.timeout,
+                metadata=metadata,
             ),
         )
 
@@ -104,5 +120,25 @@ def check_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], in
             run_id=run_id(rng.randrange(runs)), estimate=ESTIMATE, model=MODEL
         )
         await caller.rpc("Check", check(request, timeout=caller.timeout))
+
+    return op
+
+
+def report_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], index: int) -> Op:
+    """The first page (one group) of a year's spend by model or by hour (alternating callers),
+    as `tenant` when given."""
+    report = unary(channels[index % len(channels)], SERVICE + "ReportSpend", pb.ReportSpendResponse)
+    metadata = auth(params)
+    group_by = REPORT_GROUPS[index % len(REPORT_GROUPS)]
+
+    async def op(caller: Caller) -> None:
+        now = time.time()
+        start, end = Timestamp(), Timestamp()
+        start.FromSeconds(int(now) - REPORT_DAYS * 86_400)
+        end.FromSeconds(int(now) + 3_600)
+        request = pb.ReportSpendRequest(
+            start_time=start, end_time=end, group_by=group_by, page_size=1
+        )
+        await caller.rpc("ReportSpend", report(request, timeout=caller.timeout, metadata=metadata))
 
     return op

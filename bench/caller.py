@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.message import Message
 
+from bench import tenants
 from bench.stats import Histogram
-from ration_client.errors import status_details
+from ration_client.errors import decode, status_details
 
 T = TypeVar("T")
 
 # Answers that mean "this RPC or feature does not exist here": the figure is not available.
 UNAVAILABLE_REASONS = frozenset({"RELEVANCE_UNAVAILABLE"})
+# A tenant over its share gets RESOURCE_EXHAUSTED with a RetryInfo; callers wait that long (at
+# most MAX_BACKOFF, DEFAULT_BACKOFF without one), as a client that honours it does.
+DEFAULT_BACKOFF = 0.05
+MAX_BACKOFF = 1.0
 
 
 def error_reason(error: grpc.aio.AioRpcError) -> str:
@@ -39,6 +44,22 @@ def unavailable(error: grpc.aio.AioRpcError) -> str | None:
     if code == grpc.StatusCode.FAILED_PRECONDITION and reason in UNAVAILABLE_REASONS:
         return f"FAILED_PRECONDITION {reason}"
     return None
+
+
+def backoff(error: grpc.aio.AioRpcError) -> float | None:
+    """Seconds to wait before the caller's next call when the server refused to admit this one
+    (RESOURCE_EXHAUSTED), or None for any other error."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    delay = decode(error).retry_after
+    seconds = DEFAULT_BACKOFF if delay is None else delay.total_seconds()
+    return min(max(seconds, 0.0), MAX_BACKOFF)
+
+
+def auth(params: Mapping[str, Any]) -> tuple[tuple[str, str], ...] | None:
+    """The call metadata of the scenario's `tenant` (bench/tenants.py), or None (no auth)."""
+    tenant = params.get("tenant")
+    return tenants.metadata(str(tenant)) if tenant else None
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import math
 import multiprocessing as mp
@@ -16,7 +17,7 @@ from typing import Any
 
 import grpc
 
-from bench.caller import Caller, Op, Tally, describe, unavailable
+from bench.caller import Caller, Op, Tally, backoff, describe, unavailable
 from bench.meter import Meter, Snapshot
 from bench.stats import Histogram, summary_ms
 
@@ -27,8 +28,10 @@ SCENARIOS = {
     "echo": "bench.echo:echo_op",
     "budget.pairs": "bench.budget:pair_op",
     "budget.check": "bench.budget:check_op",
+    "budget.report": "bench.budget:report_op",
     "memory.append": "bench.memory:append_op",
     "memory.list": "bench.memory:list_op",
+    "memory.append_big": "bench.memory:big_append_op",
 }
 MAX_CONSECUTIVE_ERRORS = 200
 
@@ -126,6 +129,10 @@ async def _caller_loop(op: Op, caller: Caller, quota: list[float], stop: asyncio
             if caller.recording:
                 key = describe(error)
                 tally.errors[key] = tally.errors.get(key, 0) + 1
+            pause = backoff(error)
+            if pause is not None:  # throttled, not broken: wait as told, then go on
+                await asyncio.sleep(min(pause, max(0.0, end_at - time.monotonic())))
+                continue
             consecutive += 1
             if consecutive >= MAX_CONSECUTIVE_ERRORS:
                 tally.failure = f"{consecutive} consecutive errors, last {describe(error)}"
@@ -206,53 +213,108 @@ def _merge(spec: LoadSpec, tallies: Sequence[Tally]) -> LoadResult:
     return LoadResult(spec, merged, ops_rate, rpc_rate)
 
 
-def run_load(spec: LoadSpec, meter: Meter | None = None) -> LoadResult:
-    """Spawns the processes, starts them together, waits for the window, merges their tallies;
-    with a meter, takes its snapshots as the window opens and closes."""
-    processes = max(1, min(spec.processes, spec.concurrency))
-    spec = LoadSpec(**{**spec.__dict__, "processes": processes})
-    ctx = mp.get_context("spawn")
-    ready: Any = ctx.Queue()
-    go = ctx.Event()
-    start: Any = ctx.Value("d", 0.0)
-    shares = split(spec.concurrency, processes)
-    offsets = [sum(shares[:i]) for i in range(processes)]
-    children = [
-        ctx.Process(
-            target=_child,
-            args=(spec, i, range(offsets[i], offsets[i] + shares[i]), ready, go, start),
-            daemon=True,
-        )
-        for i in range(processes)
-    ]
-    for child in children:
-        child.start()
-    tallies: list[Tally] = []
-    marks = None
-    try:
-        _collect(ready, processes, "ready", 120.0, tallies)
-        start.value = time.monotonic() + 0.05
-        go.set()
-        opens = start.value + spec.warmup
-        deadline = opens + spec.duration + 120.0
+class LoadRun:
+    """One spec's load processes: spawned and connected, then started at a given moment, then
+    collected. Several runs may overlap (the noisy-neighbour figures start tenant A's load, then
+    tenant B's inside it); `run_load` is one run alone."""
+
+    def __init__(self, spec: LoadSpec) -> None:
+        processes = max(1, min(spec.processes, spec.concurrency))
+        self.spec = LoadSpec(**{**spec.__dict__, "processes": processes})
+        ctx = mp.get_context("spawn")
+        self._ready: Any = ctx.Queue()
+        self._go = ctx.Event()
+        self._start: Any = ctx.Value("d", 0.0)
+        shares = split(self.spec.concurrency, processes)
+        offsets = [sum(shares[:i]) for i in range(processes)]
+        self._children = [
+            ctx.Process(
+                target=_child,
+                args=(
+                    self.spec,
+                    i,
+                    range(offsets[i], offsets[i] + shares[i]),
+                    self._ready,
+                    self._go,
+                    self._start,
+                ),
+                daemon=True,
+            )
+            for i in range(processes)
+        ]
+        self._tallies: list[Tally] = []
+        for child in self._children:
+            child.start()
+
+    def wait_ready(self) -> None:
+        """Until every process has connected its channels and built its callers."""
+        _collect(self._ready, len(self._children), "ready", 120.0, self._tallies)
+
+    def go(self, at: float) -> None:
+        """Every process starts its callers at `at` (time.monotonic); the window opens after
+        the spec's warm-up."""
+        self._start.value = at
+        self._go.set()
+
+    @property
+    def opens(self) -> float:
+        return float(self._start.value) + self.spec.warmup
+
+    def finish(self, meter: Meter | None = None) -> LoadResult:
+        """Waits for the window and the processes' tallies, and merges them; with a meter,
+        takes its snapshots as the window opens and closes."""
+        spec, n = self.spec, len(self._children)
+        deadline = self.opens + spec.duration + 120.0
+        marks = None
         if meter is not None:
-            pids = [child.pid for child in children if child.pid is not None]
-            time.sleep(max(0.0, opens - time.monotonic()))
+            pids = [child.pid for child in self._children if child.pid is not None]
+            time.sleep(max(0.0, self.opens - time.monotonic()))
             first = meter.snapshot(pids)
             # Until the window closes or every process is done (a quota can end it early);
             # a process that is done has not been joined yet, so its times are still there.
-            closes = opens + spec.duration - time.monotonic()
-            _collect(ready, processes, "done", closes, tallies, early=True)
+            closes = self.opens + spec.duration - time.monotonic()
+            _collect(self._ready, n, "done", closes, self._tallies, early=True)
             marks = (first, meter.snapshot(pids))
-        _collect(ready, processes, "done", deadline - time.monotonic(), tallies)
-    finally:
-        for child in children:
+        _collect(self._ready, n, "done", deadline - time.monotonic(), self._tallies)
+        result = _merge(spec, self._tallies)
+        result.marks = marks
+        return result
+
+    def close(self) -> None:
+        for child in self._children:
             child.join(timeout=10)
             if child.is_alive():
                 child.kill()
-    result = _merge(spec, tallies)
-    result.marks = marks
-    return result
+
+    def __enter__(self) -> LoadRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_load(spec: LoadSpec, meter: Meter | None = None) -> LoadResult:
+    """Spawns the processes, starts them together, waits for the window, merges their tallies;
+    with a meter, takes its snapshots as the window opens and closes."""
+    with LoadRun(spec) as run:
+        run.wait_ready()
+        run.go(time.monotonic() + 0.05)
+        return run.finish(meter)
+
+
+def run_together(plan: Sequence[tuple[LoadSpec, float]]) -> list[LoadResult]:
+    """Several loads at once, each (spec, offset): every process of every spec connected
+    first, then each spec starts `offset` seconds after the first moment (its warm-up and
+    window follow), e.g. tenant A's noise at 0 and tenant B's measured calls at 1 s, inside
+    it. Results in the order of `plan`."""
+    with contextlib.ExitStack() as stack:
+        runs = [stack.enter_context(LoadRun(spec)) for spec, _ in plan]
+        for run in runs:
+            run.wait_ready()
+        began = time.monotonic() + 0.05
+        for run, (_, offset) in zip(runs, plan, strict=True):
+            run.go(began + offset)
+        return [run.finish() for run in runs]
 
 
 def _collect(

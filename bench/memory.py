@@ -9,7 +9,7 @@ from typing import Any
 
 import grpc
 
-from bench.caller import Caller, Op, unary
+from bench.caller import Caller, Op, auth, unary
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as pb
 
@@ -107,6 +107,7 @@ def append_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], i
     refs = [str(ref) for ref in params["memory_refs"]]
     counter = [0]
     first = int(params["start"]) + index * 1_000_000
+    metadata = auth(params)
 
     async def op(caller: Caller) -> None:
         n = counter[0]
@@ -116,7 +117,49 @@ def append_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], i
             memory_ref=refs[n % len(refs)],
             entries=entries(first + n, 1),
         )
-        await caller.rpc("AppendEntries", call(request, timeout=caller.timeout))
+        await caller.rpc("AppendEntries", call(request, timeout=caller.timeout, metadata=metadata))
+
+    return op
+
+
+def big_text(seed: int, size: int) -> str:
+    """About `size` bytes of ASCII prose (real words for the tokenizer, no secret shapes)."""
+    rng = random.Random(seed)
+    vocabulary = sorted({w for text in (*_SUBJECTS, *_FACTS, *_DETAILS) for w in text.split()})
+    words: list[str] = []
+    length = 0
+    while length < size:
+        word = rng.choice(vocabulary)
+        words.append(word)
+        length += len(word) + 1
+    return " ".join(words)[:size]
+
+
+def big_append_op(
+    channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], index: int
+) -> Op:
+    """AppendEntries of `entries` entries of `entry_bytes` each to a new memory per call (no
+    memory fills up), as `tenant`: writes near the largest legal ones, what a tenant's share of
+    the memory CPU (sizing, redaction, embedding) is spent on."""
+    call = unary(
+        channels[index % len(channels)], SERVICE + "AppendEntries", pb.AppendEntriesResponse
+    )
+    count, size = int(params["entries"]), int(params["entry_bytes"])
+    # Built once per caller; each entry starts with its own number, so no two are equal.
+    body = big_text(index, size - 16)
+    metadata = auth(params)
+    serial = [0]
+
+    async def op(caller: Caller) -> None:
+        serial[0] += 1
+        batch = [
+            m.EntryInput(kind="fact", content=f"{serial[0]:07d}-{i:03d} {body}", tags=["noisy"])
+            for i in range(count)
+        ]
+        request = pb.AppendEntriesRequest(
+            request_id=uuid.uuid4().hex, memory_ref=f"noisy/a-{uuid.uuid4().hex}", entries=batch
+        )
+        await caller.rpc("AppendEntries", call(request, timeout=caller.timeout, metadata=metadata))
 
     return op
 
@@ -125,8 +168,9 @@ def list_op(channels: Sequence[grpc.aio.Channel], params: Mapping[str, Any], ind
     """ListMemory with budget 800 o200k tokens, recency or relevance (with a fixed query)."""
     call = unary(channels[index % len(channels)], SERVICE + "ListMemory", pb.ListMemoryResponse)
     request = list_request(str(params["memory_ref"]), bool(params.get("relevance", False)))
+    metadata = auth(params)
 
     async def op(caller: Caller) -> None:
-        await caller.rpc("ListMemory", call(request, timeout=caller.timeout))
+        await caller.rpc("ListMemory", call(request, timeout=caller.timeout, metadata=metadata))
 
     return op

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
 import signal
@@ -29,6 +28,7 @@ from typing import Any
 import grpc
 from aiohttp import web
 
+from bench import tenants
 from bench.stats import nearest_rank as percentile
 from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
@@ -36,21 +36,6 @@ from ration.budget.v1 import budget_service_pb2_grpc
 A_WEBHOOKS = 36  # more POSTs than a default thread pool has threads (32 at most)
 DRIP_EVERY = 0.2
 WAIT_SECONDS = 60.0  # a bound on a hang, not a target
-TENANTS = ("alpha", "beta")
-
-
-def token_file(path: Path) -> Path:
-    """A writer token per tenant: `<tenant>-bench-writer`."""
-    rows = [
-        {
-            "sha256": hashlib.sha256(f"{t}-bench-writer".encode()).hexdigest(),
-            "tenant": t,
-            "roles": ["writer"],
-        }
-        for t in TENANTS
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
 
 
 class Receivers:
@@ -124,7 +109,7 @@ class Receivers:
 
 async def breach(stub: Any, tenant: str, run_id: str) -> float:
     """Opens a run of 10 tokens and asks for 20: refused, the run fails (run.failed)."""
-    metadata = (("authorization", f"Bearer {tenant}-bench-writer"),)
+    metadata = tenants.metadata(tenant)
     policy = pb.BudgetPolicy(max_tokens=10)
     opened = pb.OpenRunRequest(
         request_id=uuid.uuid4().hex, run_id=run_id, project_id="noisy", policy=policy
@@ -142,7 +127,7 @@ async def b_latencies(stub: Any, receivers: Receivers, phase: str, rounds: int) 
     found = []
     for i in range(rounds):
         run_id = f"b-{phase}-{i}-{uuid.uuid4().hex[:6]}"
-        sent = await breach(stub, "beta", run_id)
+        sent = await breach(stub, tenants.MEASURED, run_id)
         found.append((await receivers.wait_for(run_id) - sent) * 1000)
     return found
 
@@ -177,12 +162,11 @@ async def _measure(
     ):
         stub = budget_service_pb2_grpc.BudgetServiceStub(channel)  # type: ignore[no-untyped-call]
         hooks: list[dict[str, Any]] = [
-            {"id": f"a{i}", "tenant": "alpha", "url": a_url, "secret": "bench"}
+            {"id": f"a{i}", "tenant": tenants.NOISY, "url": a_url, "secret": "bench"}
             for i in range(A_WEBHOOKS)
         ]
-        hooks.append(
-            {"id": "b", "tenant": "beta", "url": b_url, "secret": "bench", "events": ["run.failed"]}
-        )
+        b_hook = {"id": "b", "tenant": tenants.MEASURED, "url": b_url, "secret": "bench"}
+        hooks.append({**b_hook, "events": ["run.failed"]})
         hooks_path = logs / "noisy-webhooks.json"
         hooks_path.write_text(json.dumps({"webhooks": hooks}))
         env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
@@ -202,7 +186,7 @@ async def _measure(
             await asyncio.to_thread(_started, log, proc)
             await b_latencies(stub, receivers, "warmup", 2)
             alone = await b_latencies(stub, receivers, "alone", rounds)
-            await breach(stub, "alpha", f"a-noise-{uuid.uuid4().hex[:6]}")
+            await breach(stub, tenants.NOISY, f"a-noise-{uuid.uuid4().hex[:6]}")
             deadline = time.monotonic() + WAIT_SECONDS
             while receivers.dripping < A_WEBHOOKS // 2:
                 if time.monotonic() > deadline:

@@ -295,11 +295,48 @@ def _sizing(results: dict[str, Any]) -> list[str]:
 
 
 NOISY_NOTES = """\
+- noisy.reports, noisy.hot_runs, noisy.memory_writes: tenant B's Reserve+Consume p50 / p99 per
+  RPC (8 callers on 200 runs of its own, beside 2 callers appending small entries to its
+  memories), alone and then while tenant A runs: 16 callers looping ReportSpend (a year, by
+  model or by hour, one group a page) over a ledger of at least 100k consume rows (copies, in
+  SQL, of rows the service wrote, spread over 8,000 hours and 20 models); 64 callers on
+  Reserve+Consume over 16 runs; 36 callers each appending 60 entries of 15 KB (900 KB, near
+  the 1 MiB of text a write may carry) to a new memory. A starts 1 s before B's warm-up and
+  runs until B's window closes, all its calls counted and none outliving that
+  (DEADLINE_EXCEEDED); its callers wait out RESOURCE_EXHAUSTED as its RetryInfo says (at most
+  1 s). *A*: what A achieved (RPC/s, errors: throttling is expected). *B's appends*: the same
+  ratio for B's small appends ("no successful RPC": none finished inside the figure). Both
+  services run with the usual workers and a token per tenant.
 - noisy.notify: tenant B's `run.failed` alert, from the refused Reserve's answer to its arrival
   at B's receiver, through one `ration notify`; alone, then while all of tenant A's 36 webhooks
-  drip (one byte every 0.2 s, each POST cut at its 3 s deadline and retried). Target: ratio ≤ 2
-  (DESIGN 5). SIGTERM: seconds from the signal to the process's exit with A's POSTs in flight.
+  drip (one byte every 0.2 s, each POST cut at its 3 s deadline and retried). SIGTERM: seconds
+  from the signal to the process's exit with A's POSTs in flight.
+- Target: B's p99 under A ÷ alone ≤ 2 (DESIGN 5): *≤ 2* says yes when every ratio of B's is
+  (pairs, and the appends when measured; appends that never finished under A are a no). On a
+  loaded shared machine one run's p99 is mostly the machine's noise: compare runs, not one
+  figure.
 """
+
+
+def _noisy_note(f: dict[str, Any]) -> str:
+    """What the noise did: A's rate and errors (or why A failed), B's appends; notify's own."""
+    if "rounds" in f:
+        return f"{f['rounds']} rounds; SIGTERM exit {_num(f['sigterm_exit_s'])} s"
+    a = f.get("a") or {}
+    if a.get("status") == "ok":
+        rate = f"A {_num(a.get('rpc_per_s'))} RPC/s at {a.get('concurrency')} callers"
+        note = f"{rate}, errors {_errors(a)}"
+    else:
+        note = f"A {_status(a)}, errors {_errors(a)}"
+    appends = f.get("b_appends") or {}
+    if appends.get("status") == "ok":
+        note += (
+            f"; B's appends p99 {_num(appends['alone_p99_ms'])} → "
+            f"{_num(appends['under_p99_ms'])} ms ({_num(appends['ratio_p99'])}×)"
+        )
+    elif appends:
+        note += f"; B's appends {_status(appends)}"
+    return note
 
 
 def _noisy(results: dict[str, Any]) -> list[str]:
@@ -314,15 +351,14 @@ def _noisy(results: dict[str, Any]) -> list[str]:
     ]
     for name, f in noisy.items():
         if f.get("status") != "ok":
-            out.append(f"| {name} | {_status(f)} | | | | |")
+            out.append(f"| {name} | {_status(f)} | | | | {_noisy_note(f)} |")
             continue
         ratio = f.get("ratio_p99")
-        met = "—" if ratio is None else ("yes" if ratio <= 2 else "no")
-        note = f"{f['rounds']} rounds; SIGTERM exit {_num(f['sigterm_exit_s'])} s"
+        met = "—" if ratio is None else ("yes" if f.get("met", ratio <= 2) else "no")
         out.append(
             f"| {name} | {_num(f['alone_p50_ms'])} / {_num(f['alone_p99_ms'])} | "
             f"{_num(f['under_p50_ms'])} / {_num(f['under_p99_ms'])} | {_num(ratio)} | {met} | "
-            f"{note} |"
+            f"{_noisy_note(f)} |"
         )
     return [*out, "", NOISY_NOTES]
 

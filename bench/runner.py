@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import machine, noisy_notify, pgbench, procstat, sizing
+from bench import machine, noisy_flow, noisy_notify, pgbench, procstat, sizing, tenants
 from bench.budget import FEW_CALLERS
 from bench.budget_flow import BudgetFlow
 from bench.database import (
@@ -51,6 +51,7 @@ FIGURES = (
     "memory.append_fresh",
     "memory.list_recency",
     "memory.list_relevance",
+    *noisy_flow.NOISES,
     "noisy.notify",
 )
 
@@ -110,6 +111,8 @@ class Results:
 
 
 def _line(name: str, figure: dict[str, Any]) -> str:
+    if name.startswith("noisy."):
+        return noisy_flow.line(name, figure)
     if figure.get("status") != "ok":
         return f"{name:<30} {figure.get('status')}: {figure.get('reason', '')}"
     if "tps" in figure:
@@ -175,6 +178,10 @@ class Runner:
                 self._guarded(
                     self.results.figures, self._memory_names(), lambda: self._memory(database)
                 )
+                noisy = [n for n in noisy_flow.NOISES if self.config.selected(n)]
+                if noisy:
+                    flow = noisy_flow.NoisyFlow(self, noisy, database)
+                    self._guarded(self.results.noisy, noisy, flow.run)
                 noisy = ["noisy.notify"] if self.config.selected("noisy.notify") else []
                 self._guarded(self.results.noisy, noisy, lambda: self._noisy_notify(database))
                 self._floors()
@@ -328,11 +335,21 @@ class Runner:
             figure["worker_share"] = [round(d / sum(done), 3) for d in done]
         return figure
 
-    def service(self, name: str, database: BenchDatabase) -> ServerProcess:
-        """The service as deployed: connected as the application role, migrating as the owner."""
+    def service(
+        self,
+        name: str,
+        database: BenchDatabase,
+        workers: int | None = None,
+        tokens: bool = False,
+    ) -> ServerProcess:
+        """The service as deployed: connected as the application role, migrating as the owner;
+        with `tokens`, a writer token for each of two tenants (bench/tenants.py)."""
         env = database.service_env()
         url = env.pop("RATION_DATABASE_URL")
-        server = start_service(name, self.config.workers, url, self.log_dir, env)
+        if tokens:
+            env["RATION_TOKEN_FILE"] = str(tenants.token_file(self.log_dir / "tokens.json"))
+        workers = self.config.workers if workers is None else workers
+        server = start_service(name, workers, url, self.log_dir, env)
         try:
             server.wait_ready()
         except BaseException:
@@ -350,14 +367,9 @@ class Runner:
         """bench/noisy_notify.py: a budget service with two tenants' tokens, `ration notify`."""
         if not self.config.selected("noisy.notify"):
             return
-        env = database.service_env()
-        url = env.pop("RATION_DATABASE_URL")
-        env["RATION_TOKEN_FILE"] = str(noisy_notify.token_file(self.log_dir / "tokens.json"))
-        server = start_service("budget", 1, url, self.log_dir, env)
-        with server:
-            server.wait_ready()
+        with self.service("budget", database, workers=1, tokens=True) as server:
             rounds = 10 if self.config.mode == "quick" else 30
-            app = {"RATION_DATABASE_URL": url}
+            app = {"RATION_DATABASE_URL": database.app_url}
             figure = noisy_notify.measure(server.address, app, rounds, self.log_dir)
         self.results.noisy["noisy.notify"] = figure
         self.config.log(

@@ -164,7 +164,10 @@ async def _migrate(env: Env, stop: Stop, distribute: bool) -> int:
             await conn.close()
     say("\n".join(applied) if applied else "migrations: up to date")
     if distributed is not None:
-        say("\n".join(distributed) if distributed else "citus: everything distributed")
+        lines = distributed.lines
+        if not distributed.steps:
+            lines.append("citus: everything distributed")
+        say("\n".join(lines))
     return 0
 
 

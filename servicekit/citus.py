@@ -11,7 +11,7 @@ distributed in the same step). Every step is idempotent and looks at the catalog
    becomes a reference table; referenced tables go first, in foreign-key order;
 3. the schemas' grants are issued again, so the workers' copies of the schemas carry them
    (Citus creates those copies without the default privileges that gave them on the
-   coordinator);
+   coordinator): on every run, a line each;
 4. every function is distributed (created on every node); a function with a `p_tenant`
    argument is delegated by it (`force_delegation`): the coordinator sends the call to the
    worker holding that tenant's shard, inside the caller's transaction. A delegated function
@@ -19,12 +19,14 @@ distributed in the same step). Every step is idempotent and looks at the catalog
    `plan_cache_mode` it sets is reset;
 5. the database sets `citus.propagate_set_commands = 'local'`, so a transaction's
    `SET LOCAL ration.tenant_id` (servicekit/db.py) reaches the workers it uses, and
-   `citus.override_table_visibility = off` (see DATABASE_SETTINGS).
+   `citus.override_table_visibility = off` (see DATABASE_SETTINGS): a line for each setting
+   that was not yet so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -114,14 +116,35 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-async def distribute(conn: asyncpg.Connection, schemas: Sequence[str]) -> list[str]:
+_DATABASE_SETTING = """
+SELECT EXISTS (SELECT 1 FROM pg_db_role_setting s, unnest(s.setconfig) c
+               WHERE s.setdatabase = (SELECT oid FROM pg_database WHERE datname = $1)
+                 AND s.setrole = 0 AND c = $2)"""
+
+
+@dataclass
+class Distribution:
+    """What `distribute` did, one line each: `steps` change the cluster once (a second run
+    finds none left); `grants` are issued on every run (the workers' copies of the schemas
+    cannot be read from the coordinator by the owner, so they are not compared)."""
+
+    steps: list[str] = field(default_factory=list)
+    grants: list[str] = field(default_factory=list)
+
+    @property
+    def lines(self) -> list[str]:
+        return [*self.steps, *self.grants]
+
+
+async def distribute(conn: asyncpg.Connection, schemas: Sequence[str]) -> Distribution:
     """Distributes what is not yet distributed; returns what it did, one line per step."""
     if not await on_citus(conn):
         raise RuntimeError(
             "--distribute needs a Citus coordinator: this database has no citus extension"
         )
     wanted = list(schemas)
-    done: list[str] = []
+    result = Distribution()
+    done = result.steps
     await conn.execute("SELECT pg_advisory_lock($1)", LOCK_KEY)
     try:
         # A trigger on a distributed table fires on its shards: the ledger's append-only guard
@@ -156,6 +179,9 @@ async def distribute(conn: asyncpg.Connection, schemas: Sequence[str]) -> list[s
                 f"GRANT {grant['privilege']} ON SCHEMA {_quote(grant['schema'])}"
                 f" TO {grant['grantee']}"
             )
+            result.grants.append(
+                f"granted {grant['privilege']} on schema {grant['schema']} to {grant['grantee']}"
+            )
         for function in await conn.fetch(_FUNCTIONS, wanted, TENANT_ARGUMENT):
             signature = function["signature"]
             if function["per_tenant"] and function["planned"]:
@@ -176,7 +202,10 @@ async def distribute(conn: asyncpg.Connection, schemas: Sequence[str]) -> list[s
                 done.append(f"distributed {signature}")
         database = await conn.fetchval("SELECT current_database()")
         for setting, value in DATABASE_SETTINGS.items():
+            if await conn.fetchval(_DATABASE_SETTING, database, f"{setting}={value}"):
+                continue
             await conn.execute(f"ALTER DATABASE {_quote(database)} SET {setting} = '{value}'")
+            done.append(f"set {setting} = '{value}' on database {database}")
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
-    return done
+    return result

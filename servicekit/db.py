@@ -24,6 +24,7 @@ import asyncpg
 
 from servicekit.cpu import current_deadline
 from servicekit.errors import store_busy, store_unavailable, tenant_connections_busy
+from servicekit.logs import error_text
 from servicekit.settings import DatabaseSettings
 
 log = logging.getLogger(__name__)
@@ -302,7 +303,7 @@ class Database:
             async with self.connection() as conn:
                 return await work(conn)
         except UNAVAILABLE_ERRORS as exc:
-            log.warning("store unavailable", extra={"error": type(exc).__name__})
+            log.warning("store unavailable", extra={"error": error_text(exc)})
             raise store_unavailable() from exc
 
     async def statement(
@@ -327,7 +328,7 @@ class Database:
                         "conflicting transactions kept aborting this one; nothing was done, retry"
                     ) from None
             except UNAVAILABLE_ERRORS as exc:
-                log.warning("store unavailable", extra={"error": type(exc).__name__})
+                log.warning("store unavailable", extra={"error": error_text(exc)})
                 raise store_unavailable() from exc
         raise AssertionError("unreachable")
 

@@ -45,6 +45,20 @@ def set_request_id(sent: str | None) -> None:
     sent_request_id_var.set(digest[:SENT_DIGEST_HEX])
 
 
+# An error's text in a log line is cut here: a message long enough to need more is a bug.
+ERROR_TEXT_CHARS = 600
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception for a log line: its class, SQLSTATE and message, bounded. A database
+    error's message names objects, not row values (its DETAIL, which may quote a key, is left
+    out), so a failure is diagnosable from the log without leaking content."""
+    state = getattr(exc, "sqlstate", None)
+    head = type(exc).__name__ + (f" [{state}]" if isinstance(state, str) else "")
+    message = str(exc).strip()
+    return (f"{head}: {message}" if message else head)[:ERROR_TEXT_CHARS]
+
+
 def _correlation() -> dict[str, str]:
     fields = {"request_id": request_id_var.get()} if request_id_var.get() else {}
     if sent_request_id_var.get():

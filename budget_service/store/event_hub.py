@@ -16,6 +16,7 @@ import asyncpg
 
 from budget_service.store import watchers
 from servicekit.db import Database
+from servicekit.logs import error_text
 from servicekit.tenancy import for_tenant
 
 log = logging.getLogger(__name__)
@@ -159,9 +160,9 @@ class EventHub:
                 await self._listen_once()
                 delay = 0.1
             except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                log.warning("event listener lost", extra={"error": type(exc).__name__})
+                log.warning("event listener lost", extra={"error": error_text(exc)})
             except Exception as exc:  # e.g. STORE_UNAVAILABLE while registering: retried
-                log.warning("event listener failed", extra={"error": type(exc).__name__})
+                log.warning("event listener failed", extra={"error": error_text(exc)})
             finally:
                 self.listening.clear()
                 await self._drop()

@@ -15,6 +15,7 @@ from budget_service.store import reads as store_reads
 from budget_service.store import watchers
 from budget_service.usecases.transactions import REQUEST_LOG, Transactions
 from servicekit.idempotency import forget_older_than
+from servicekit.logs import error_text
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class Sweeper:
             try:
                 await self.sweep()
             except Exception as exc:  # an outage must not end the loop; the next sweep retries
-                log.warning("sweep failed", extra={"error": type(exc).__name__})
+                log.warning("sweep failed", extra={"error": error_text(exc)})
             await asyncio.sleep(interval)
 
     async def sweep(self) -> int:
@@ -52,7 +53,12 @@ class Sweeper:
         runs = await self._tx.upkeep(lambda conn: store_reads.overdue_runs(conn, SWEEP_BATCH))
         expired = 0
         for tenant, run_id in runs:
-            expired += await self._expire(tenant, run_id)
+            try:
+                expired += await self._expire(tenant, run_id)
+            except Exception as exc:  # one run's failure must not keep the others overdue
+                log.warning(
+                    "expiring a run failed", extra={"tenant": tenant, "error": error_text(exc)}
+                )
         if time.monotonic() - self._last_purge >= PURGE_EVERY_SECONDS:
             self._last_purge = time.monotonic()
             hours = self._tx.settings.idempotency_retention_hours

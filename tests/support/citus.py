@@ -95,7 +95,7 @@ class CitusDatabase:
         return with_location(self.admin_url, host=node.host, port=node.port, database=database)
 
 
-async def _execute(url: str, *statements: str) -> None:
+async def execute(url: str, *statements: str) -> None:
     conn = await asyncpg.connect(url, timeout=30)
     try:
         for statement in statements:
@@ -137,9 +137,9 @@ async def create() -> CitusDatabase:
         password=secrets.token_hex(12),
     )
     for node in (coordinator, *workers):
-        await _execute(database.node_url(node, parts.path.lstrip("/")), f'CREATE DATABASE "{name}"')
-        await _execute(database.node_url(node, name), "CREATE EXTENSION citus")
-    await _execute(
+        await execute(database.node_url(node, parts.path.lstrip("/")), f'CREATE DATABASE "{name}"')
+        await execute(database.node_url(node, name), "CREATE EXTENSION citus")
+    await execute(
         database.admin_url,
         f"SELECT citus_set_coordinator_host('{coordinator.host}', {coordinator.port})",
         *(f"SELECT citus_add_node('{w.host}', {w.port})" for w in workers),
@@ -159,8 +159,8 @@ async def drop(database: CitusDatabase) -> None:
     for node in (database.coordinator, *database.workers):
         url = database.node_url(node, maintenance)
         try:
-            await _execute(url, f'DROP DATABASE IF EXISTS "{database.name}" WITH (FORCE)')
-            await _execute(
+            await execute(url, f'DROP DATABASE IF EXISTS "{database.name}" WITH (FORCE)')
+            await execute(
                 url, *(f'DROP ROLE IF EXISTS "{r}"' for r in (database.app, database.owner))
             )
         except (OSError, asyncpg.PostgresError):

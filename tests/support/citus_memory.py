@@ -37,9 +37,10 @@ TOKENS = {"alpha-admin": "alpha", "beta-admin": "beta"}
 CONCURRENT = 8
 
 
-def write_token_file(path: Path) -> Path:
-    """A RATION_TOKEN_FILE with the exercise's two admin tokens."""
-    rows = [{"sha256": digest(t), "tenant": n, "roles": ["admin"]} for t, n in TOKENS.items()]
+def write_token_file(path: Path, tokens: dict[str, str] | None = None) -> Path:
+    """A RATION_TOKEN_FILE with admin tokens (token: tenant), the exercise's two by default."""
+    given = TOKENS if tokens is None else tokens
+    rows = [{"sha256": digest(t), "tenant": n, "roles": ["admin"]} for t, n in given.items()]
     path.write_text(json.dumps({"tokens": rows}))
     return path
 

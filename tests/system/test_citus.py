@@ -8,18 +8,18 @@ both services as the application role, and against them the README tour, a race 
 replicas on one run, WatchRunEvents live while the writes happen on the workers, the memory
 calls, and hold expiry by the sweeper. Every statement the services send as the application
 role while these run must be single-shard: the role runs with
-`citus.multi_task_query_log_level = 'error'`, so a statement that would fan out to several
-shards fails its call (and the test), and a control query shows the setting bites.
+`citus.multi_task_query_log_level = 'error'` (tests/support/citus_stack.py; the cross-tenant
+upkeep functions are exempt, they fan out by design), so a statement that would fan out to
+several shards fails its call and is logged (the test reads the log), and a control query shows
+the setting bites. tests/system/test_citus_shards.py checks on the workers what this cannot see.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -35,7 +35,7 @@ from ration_client import (
 from tests.api.test_readme_tour import run_block, tour_code
 from tests.support import citus
 from tests.support.citus_memory import SERVICE_ENV, exercise_memory, write_token_file
-from tests.support.procs import BIN, Proc, clean_env
+from tests.support.citus_stack import Stack, fetch, ration, running_stack, serve
 
 REASON = citus.skip_reason()
 pytestmark = [
@@ -43,90 +43,11 @@ pytestmark = [
     pytest.mark.skipif(REASON is not None, reason=REASON or ""),
 ]
 
-# While the stack runs, the sweeper stays out of the way: its cross-tenant scans are the one
-# multi-shard work there is (run as the owner's functions, but in the application's session).
-QUIET_SWEEP_MS = "3600000"
-
-
-@dataclass
-class Stack:
-    database: citus.CitusDatabase
-    migrate_output: list[str]
-    services: Proc
-
-    @property
-    def budget(self) -> str:
-        return self.services.addresses["budget"]
-
-    @property
-    def memory(self) -> str:
-        return self.services.addresses["memory"]
-
-
-def _ration(args: list[str], url: str) -> list[str]:
-    done = subprocess.run(
-        [str(BIN / "ration"), *args],
-        env=clean_env(RATION_DATABASE_URL=url, RATION_LOG_LEVEL="WARNING"),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.splitlines()
-
-
-def _serve(database: citus.CitusDatabase, command: list[str], **env: str) -> Proc:
-    proc = Proc.start(
-        [str(BIN / "ration"), *command],
-        clean_env(
-            **{
-                "RATION_DATABASE_URL": database.app_url,
-                "RATION_MIGRATE_ON_START": "false",
-                "RATION_SWEEP_INTERVAL_MS": QUIET_SWEEP_MS,
-                **env,
-            }
-        ),
-    )
-    proc.wait_for("ready: all services SERVING", timeout=120)
-    return proc
-
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
-    database = asyncio.run(citus.create())
-    try:
-        asyncio.run(
-            _admin(
-                database,
-                f'ALTER ROLE "{database.app}" IN DATABASE "{database.name}"'
-                " SET citus.multi_task_query_log_level = 'error'",
-            )
-        )
-        output = _ration(["migrate", "--distribute"], database.owner_url)
-        services = _serve(database, ["up"])
-        try:
-            yield Stack(database, output, services)
-        finally:
-            services.stop()
-    finally:
-        asyncio.run(citus.drop(database))
-
-
-async def _admin(database: citus.CitusDatabase, *statements: str) -> None:
-    conn = await asyncpg.connect(database.admin_url)
-    try:
-        for statement in statements:
-            await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
-async def _fetch(url: str, query: str, *args: object) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(url)
-    try:
-        return list(await conn.fetch(query, *args))
-    finally:
-        await conn.close()
+    with running_stack() as running:
+        yield running
 
 
 def test_migrate_distribute_puts_every_tenant_table_on_one_colocated_shard_set(
@@ -137,12 +58,21 @@ def test_migrate_distribute_puts_every_tenant_table_on_one_colocated_shard_set(
     )
     assert any("delegated budget.decide_v1(" in line for line in stack.migrate_output)
     assert any("delegated budget.decide_v2(" in line for line in stack.migrate_output)
-    # The README step is idempotent: a second run finds nothing left to do.
-    again = _ration(["migrate", "--distribute"], stack.database.owner_url)
-    assert again == ["migrations: up to date", "citus: everything distributed"]
+    name, app = stack.database.name, stack.database.app
+    for setting in (
+        "citus.propagate_set_commands = 'local'",
+        "citus.override_table_visibility = 'off'",
+    ):
+        assert f"set {setting} on database {name}" in stack.migrate_output
+    grants = [line for line in stack.migrate_output if line.startswith("granted ")]
+    assert f"granted USAGE on schema budget to {app}" in grants, stack.migrate_output
+    # The README step is idempotent: a second run distributes and sets nothing again; it
+    # issues the schemas' grants again (a line each) and says so.
+    again = ration(["migrate", "--distribute"], stack.database.owner_url)
+    assert again == ["migrations: up to date", *grants, "citus: everything distributed"]
 
     tables = asyncio.run(
-        _fetch(
+        fetch(
             stack.database.admin_url,
             """SELECT c.oid::regclass::text AS name, d.colocationid, d.partmethod::text,
                       column_to_column_name(d.logicalrelid, d.partkey) AS key
@@ -156,7 +86,7 @@ def test_migrate_distribute_puts_every_tenant_table_on_one_colocated_shard_set(
     assert {t["key"] for t in tables} == {"tenant_id"}, tables
     assert len({t["colocationid"] for t in tables}) == 1, tables
     local = asyncio.run(
-        _fetch(
+        fetch(
             stack.database.admin_url,
             "SELECT count(*) AS n FROM pg_dist_partition"
             " WHERE logicalrelid = 'public.ration_migrations'::regclass",
@@ -164,7 +94,7 @@ def test_migrate_distribute_puts_every_tenant_table_on_one_colocated_shard_set(
     )
     assert local[0]["n"] == 0  # the migrations ledger stays on the coordinator
     delegated = asyncio.run(
-        _fetch(
+        fetch(
             stack.database.admin_url,
             "SELECT o.objid::regprocedure::text AS f, o.force_delegation"
             " FROM pg_dist_object o WHERE o.classid = 'pg_proc'::regclass"
@@ -189,7 +119,7 @@ async def test_the_readme_tour_runs_on_citus(stack: Stack) -> None:
 
 
 async def test_two_budget_replicas_racing_on_one_run_never_overspend(stack: Stack) -> None:
-    second = _serve(stack.database, ["budget", "serve"])
+    second = serve(stack.database, ["budget", "serve"])
     try:
         limit, each, calls = 10_000, 300, 80  # room for 33 calls of 80
         clients = [BudgetClient(stack.budget), BudgetClient(second.addresses["budget"])]
@@ -258,7 +188,7 @@ async def test_watch_run_events_live_while_workers_write(stack: Stack) -> None:
 async def test_memory_calls_on_citus(stack: Stack, tmp_path: Path) -> None:
     """Every memory RPC, replays and concurrent writers included, for two tenants (tokens)."""
     tokens = write_token_file(tmp_path / "tokens.json")
-    memory = _serve(
+    memory = serve(
         stack.database, ["memory", "serve"], RATION_TOKEN_FILE=str(tokens), **SERVICE_ENV
     )
     try:
@@ -295,23 +225,20 @@ async def test_every_statement_of_the_services_is_single_shard(stack: Stack) -> 
         assert "Task Count: 1" in text, text
     log = "".join(stack.services.errors)
     assert "multi-task" not in log, log[-3000:]
+    assert "failed" not in log, log[-3000:]  # background work included (the sweeper's start)
 
 
 async def test_the_sweeper_expires_overdue_holds_on_citus(stack: Stack) -> None:
     async with BudgetClient(stack.budget) as budget:
         await budget.open_run("late", project_id="p", policy=BudgetPolicy(max_tokens=100))
         await budget.reserve("late", model="m", estimate=Amounts(tokens=10), ttl_seconds=1)
-    # A replica with the default sweep interval, in a session free to scan every shard.
-    await _admin(
-        stack.database,
-        f'ALTER ROLE "{stack.database.app}" IN DATABASE "{stack.database.name}"'
-        " RESET citus.multi_task_query_log_level",
-    )
-    sweeper = _serve(stack.database, ["budget", "serve"], RATION_SWEEP_INTERVAL_MS="200")
+    # A replica with a short sweep interval: its cross-tenant scans run inside the upkeep
+    # functions (exempt from the guard), each run's expiry as its tenant (guarded).
+    sweeper = serve(stack.database, ["budget", "serve"], RATION_SWEEP_INTERVAL_MS="200")
     try:
         deadline = time.monotonic() + 30
         while True:
-            states = await _fetch(
+            states = await fetch(
                 stack.database.admin_url,
                 "SELECT state FROM budget.holds WHERE run_id = 'late'",
             )
@@ -322,23 +249,28 @@ async def test_the_sweeper_expires_overdue_holds_on_citus(stack: Stack) -> None:
     finally:
         with contextlib.suppress(Exception):
             sweeper.stop()
+    log = "".join(sweeper.errors)
+    assert "failed" not in log, log[-3000:]
 
 
 async def test_row_level_security_holds_on_the_workers(stack: Stack) -> None:
     """The second line of tenant isolation: a statement that names no tenant (here one that
-    scans every shard, allowed again after the sweeper test reset the setting) sees only the
+    scans every shard, let through the guard) sees only the
     tenant its transaction entered, on every worker."""
+    scan_all = "SET LOCAL citus.multi_task_query_log_level = 'off'"
     app = await asyncpg.connect(stack.database.app_url)
     try:
         async with app.transaction():
             await app.execute("SET LOCAL ration.tenant_id = 'alpha'")
+            await app.execute(scan_all)
             tenants = await app.fetch("SELECT DISTINCT tenant_id FROM memory.memories")
         async with app.transaction():
             await app.execute("SET LOCAL ration.tenant_id = 'nobody'")
+            await app.execute(scan_all)
             nothing = await app.fetchval("SELECT count(*) FROM memory.memories")
     finally:
         await app.close()
-    everything = await _fetch(
+    everything = await fetch(
         stack.database.admin_url, "SELECT DISTINCT tenant_id FROM memory.memories"
     )
     assert {r["tenant_id"] for r in everything} >= {"alpha", "beta"}  # both wrote memories

@@ -65,3 +65,15 @@ def test_text_lines_are_one_line_with_the_same_fields_as_json() -> None:
     parsed = json.loads(JsonFormatter().format(entry))
     assert parsed["migration"] == "budget/0001_schema"
     assert parsed["msg"] == "migration applied"
+
+
+def test_error_text_names_class_sqlstate_and_message_bounded() -> None:
+    import asyncpg
+
+    from servicekit.logs import ERROR_TEXT_CHARS, error_text
+
+    error = asyncpg.PostgresError("multi-task query about to be executed")
+    error.sqlstate = "XX000"
+    assert error_text(error) == ("PostgresError [XX000]: multi-task query about to be executed")
+    assert error_text(TimeoutError()) == "TimeoutError"
+    assert len(error_text(ValueError("x" * 5000))) == ERROR_TEXT_CHARS

@@ -27,6 +27,13 @@ DECLARE
     v_rose jsonb := '{}';
     v_requested jsonb := '{}';
     v_version integer;
+    v_crossed text[];
+    v_exhausted text[];
+    v_breached text[];
+    v_max_tokens bigint;
+    v_max_cost_nanos bigint;
+    v_max_tool_calls bigint;
+    v_max_retries bigint;
 BEGIN
     PERFORM set_config('ration.tenant_id', p_tenant, true);
     SELECT l.status, l.expired INTO status, expired
@@ -73,13 +80,21 @@ BEGIN
         END IF;
     END LOOP;
     v_version := r.policy_version + 1;
+    -- Computed before the UPDATE, and the limits passed as scalars: Citus 13.2 crashes the
+    -- worker (signal 11) on an UPDATE of a distributed table, in a delegated function, whose
+    -- SET list subscripts a variable (`max_tokens = v_limits[1]`).
+    v_crossed := ARRAY(SELECT f FROM unnest(r.crossed) AS f WHERE NOT f = ANY(v_raised));
+    v_exhausted := ARRAY(SELECT f FROM unnest(r.exhausted) AS f WHERE NOT f = ANY(v_raised));
+    v_breached := ARRAY(SELECT f FROM unnest(r.breached) AS f WHERE NOT f = ANY(v_raised));
+    v_max_tokens := v_limits[1];
+    v_max_cost_nanos := v_limits[2];
+    v_max_tool_calls := v_limits[3];
+    v_max_retries := v_limits[4];
     UPDATE budget.runs SET
-        state = 'active', max_tokens = v_limits[1], max_cost_nanos = v_limits[2],
-        max_tool_calls = v_limits[3], max_retries = v_limits[4], binding = v_binding,
+        state = 'active', max_tokens = v_max_tokens, max_cost_nanos = v_max_cost_nanos,
+        max_tool_calls = v_max_tool_calls, max_retries = v_max_retries, binding = v_binding,
         policy_version = v_version,
-        crossed = ARRAY(SELECT f FROM unnest(r.crossed) AS f WHERE NOT f = ANY(v_raised)),
-        exhausted = ARRAY(SELECT f FROM unnest(r.exhausted) AS f WHERE NOT f = ANY(v_raised)),
-        breached = ARRAY(SELECT f FROM unnest(r.breached) AS f WHERE NOT f = ANY(v_raised)),
+        crossed = v_crossed, exhausted = v_exhausted, breached = v_breached,
         stopped_dimension = NULL, stopped_limit = NULL, stopped_consumed = NULL,
         stopped_observed = NULL, stopped_scope = NULL, stopped_scope_id = NULL,
         updated_at = now()

@@ -1,0 +1,219 @@
+"""The noisy-neighbour figures: ratio, figure, console line, RESULTS.md; back-off; overlap."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+from google.rpc import error_details_pb2, status_pb2
+
+from bench import noisy_flow, report, tenants
+from bench.caller import DEFAULT_BACKOFF, MAX_BACKOFF, auth, backoff
+from bench.load import LoadSpec, run_together
+from bench.servers import start_echo
+
+
+def _pairs(p50: float, p99: float, **extra: Any) -> dict[str, Any]:
+    return {"status": "ok", "concurrency": 8, "p50_ms": p50, "p99_ms": p99, **extra}
+
+
+def _append(p99: float) -> dict[str, Any]:
+    return {"status": "ok", "concurrency": 2, "p50_ms": p99 / 2, "p99_ms": p99}
+
+
+A_OK = {
+    "scenario": "budget.report",
+    "concurrency": 16,
+    "status": "ok",
+    "rpc_per_s": 22.5,
+    "p50_ms": 500.0,
+    "p99_ms": 3000.0,
+    "errors": {"RESOURCE_EXHAUSTED TENANT_BUSY": 40},
+    "methods": {"ReportSpend": {}},
+}
+
+
+def test_ratio_is_under_over_alone_or_none() -> None:
+    assert noisy_flow.ratio(30.0, 10.0) == 3.0
+    assert noisy_flow.ratio(10.0, 30.0) == 0.33
+    assert noisy_flow.ratio(10.0, 0.0) is None
+    assert noisy_flow.ratio(None, 10.0) is None
+    assert noisy_flow.ratio(10.0, None) is None
+
+
+def test_figure_from_b_alone_b_under_and_a() -> None:
+    alone = [_pairs(5.0, 20.0, ops_per_s=100.0), _append(40.0)]
+    under = [_pairs(9.0, 50.0, ops_per_s=80.0, errors={"DEADLINE_EXCEEDED": 1}), _append(60.0)]
+    figure = noisy_flow.figure(alone, under, A_OK)
+    assert figure["status"] == "ok"
+    assert (figure["alone_p50_ms"], figure["alone_p99_ms"]) == (5.0, 20.0)
+    assert (figure["under_p50_ms"], figure["under_p99_ms"]) == (9.0, 50.0)
+    assert figure["ratio_p99"] == 2.5
+    assert figure["met"] is False  # the pairs' 2.5 > 2
+    assert figure["b_callers"] == 8
+    assert figure["b_pairs_per_s"] == [100.0, 80.0]
+    assert figure["b_errors"] == {"DEADLINE_EXCEEDED": 1}
+    assert figure["b_appends"] == {
+        "callers": 2,
+        "status": "ok",
+        "alone_p99_ms": 40.0,
+        "under_p99_ms": 60.0,
+        "ratio_p99": 1.5,
+    }
+    # What A achieved, without its per-method detail.
+    assert figure["a"]["rpc_per_s"] == 22.5
+    assert figure["a"]["errors"] == {"RESOURCE_EXHAUSTED TENANT_BUSY": 40}
+    assert "methods" not in figure["a"]
+
+
+def test_figure_fails_when_b_failed_and_says_why_appends_failed() -> None:
+    failed = {"status": "failed", "reason": "no successful RPC"}
+    alone = [_pairs(5.0, 20.0), _append(40.0)]
+    figure = noisy_flow.figure(alone, [failed, _append(60.0)], A_OK)
+    assert figure["status"] == "failed"
+    assert figure["reason"] == "B under A: failed: no successful RPC"
+    assert figure["a"]["rpc_per_s"] == 22.5
+    timed_out = {**failed, "errors": {"DEADLINE_EXCEEDED": 36}}
+    figure = noisy_flow.figure(alone, [_pairs(6.0, 30.0), failed], timed_out)
+    assert figure["status"] == "ok"
+    assert figure["ratio_p99"] == 1.5
+    assert figure["b_appends"]["status"] == "failed"
+    assert figure["b_appends"]["reason"] == "under A: failed: no successful RPC"
+    assert figure["met"] is False  # B's appends never finished under A
+    assert figure["a"] == {
+        "status": "failed",
+        "reason": "no call finished in its period",
+        "errors": {"DEADLINE_EXCEEDED": 36},
+    }
+    line = noisy_flow.line("noisy.memory_writes", figure)
+    assert line.endswith(
+        "≤ 2: no; A failed: no call finished in its period (errors DEADLINE_EXCEEDED ×36)"
+    )
+
+
+def test_met_when_every_measured_ratio_of_b_is_within_two() -> None:
+    assert noisy_flow.met(2.0, {"status": "ok", "ratio_p99": 1.9})
+    assert not noisy_flow.met(2.01, {"status": "ok", "ratio_p99": 1.0})
+    assert not noisy_flow.met(1.0, {"status": "ok", "ratio_p99": 2.2})
+    assert not noisy_flow.met(None, {"status": "ok", "ratio_p99": 1.0})
+    # Appends not measurable alone say nothing about A; never finishing under A is a no.
+    assert noisy_flow.met(1.0, {"status": "failed", "reason": "alone: failed: x"})
+    assert not noisy_flow.met(1.0, {"status": "failed", "reason": "under A: failed: x"})
+
+
+def test_console_line_names_b_ratio_and_what_a_did() -> None:
+    alone = [_pairs(5.0, 20.0), _append(40.0)]
+    figure = noisy_flow.figure(alone, [_pairs(9.0, 50.0), _append(60.0)], A_OK)
+    line = noisy_flow.line("noisy.reports", figure)
+    assert "alone 5.0/20.0 ms" in line
+    assert "under A 9.0/50.0 ms: x2.5" in line
+    assert "B appends p99 x1.5" in line
+    assert "B appends p99 x1.5; ≤ 2: no; A 22 RPC/s (RESOURCE_EXHAUSTED TENANT_BUSY ×40)" in line
+    failed = noisy_flow.figure(alone, [{"status": "failed", "reason": "r"}, _append(1.0)], A_OK)
+    assert noisy_flow.line("noisy.reports", failed).startswith(
+        "noisy.reports                  failed: B under A: failed: r; A 22 RPC/s"
+    )
+
+
+def test_results_md_noisy_section(tmp_path: Path) -> None:
+    alone = [_pairs(5.0, 20.0), _append(40.0)]
+    ok = noisy_flow.figure(alone, [_pairs(9.0, 30.0), _append(60.0)], A_OK)
+    slow = noisy_flow.figure(alone, [_pairs(9.0, 50.0), _append(60.0)], A_OK)
+    notify = {
+        "status": "ok",
+        "rounds": 30,
+        "alone_p50_ms": 100.0,
+        "alone_p99_ms": 150.0,
+        "under_p50_ms": 120.0,
+        "under_p99_ms": 160.0,
+        "ratio_p99": 1.07,
+        "sigterm_exit_s": 0.4,
+    }
+    results: dict[str, Any] = {
+        "config": {"mode": "test", "duration": 1.0, "warmup": 0.2},
+        "machine": {},
+        "ceilings": {},
+        "figures": {},
+        "noisy": {
+            "noisy.reports": ok,
+            "noisy.hot_runs": slow,
+            "noisy.memory_writes": {"status": "failed", "reason": "boom", "a": A_OK},
+            "noisy.notify": notify,
+        },
+        "sizing": {},
+        "setup": {},
+        "started_at": "now",
+        "elapsed_s": 1.0,
+    }
+    text = report.write(results, tmp_path)["markdown"].read_text()
+    assert "## Noisy neighbour" in text
+    assert (
+        "| noisy.reports | 5.00 / 20.00 | 9.00 / 30.00 | 1.50 | yes | A 22.50 RPC/s at 16 callers,"
+        " errors RESOURCE_EXHAUSTED TENANT_BUSY ×40; B's appends p99 40.00 → 60.00 ms (1.50×) |"
+    ) in text
+    assert "| noisy.hot_runs | 5.00 / 20.00 | 9.00 / 50.00 | 2.50 | no |" in text
+    assert "| noisy.memory_writes | failed: boom | | | | A 22.50 RPC/s" in text
+    assert (
+        "| noisy.notify | 100 / 150 | 120 / 160 | 1.07 | yes | 30 rounds; SIGTERM exit 0.40 s |"
+        in text
+    )
+    appends_stuck = noisy_flow.figure(alone, [_pairs(9.0, 30.0), {"status": "failed"}], A_OK)
+    results["noisy"] = {"noisy.memory_writes": appends_stuck}
+    text = report.write(results, tmp_path)["markdown"].read_text()
+    assert "| noisy.memory_writes | 5.00 / 20.00 | 9.00 / 30.00 | 1.50 | no |" in text
+    assert "B's appends failed: under A: failed: " in text
+
+
+def _exhausted(delay: Duration | None) -> grpc.aio.AioRpcError:
+    status = status_pb2.Status(code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], message="x")
+    status.details.add().Pack(error_details_pb2.ErrorInfo(reason="TENANT_BUSY", domain="d"))
+    if delay is not None:
+        status.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    trailing = grpc.aio.Metadata(("grpc-status-details-bin", status.SerializeToString()))
+    return grpc.aio.AioRpcError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.aio.Metadata(), trailing, details="x"
+    )
+
+
+def test_throttled_callers_wait_as_retry_info_says_within_bounds() -> None:
+    assert backoff(_exhausted(Duration(nanos=200_000_000))) == 0.2
+    assert backoff(_exhausted(None)) == DEFAULT_BACKOFF
+    assert backoff(_exhausted(Duration(seconds=30))) == MAX_BACKOFF
+    other = grpc.aio.AioRpcError(
+        grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata(), details="x"
+    )
+    assert backoff(other) is None
+
+
+def test_tenants_tokens_and_call_metadata(tmp_path: Path) -> None:
+    rows = json.loads(tenants.token_file(tmp_path / "t.json").read_text())["tokens"]
+    assert [r["tenant"] for r in rows] == [tenants.NOISY, tenants.MEASURED]
+    for row in rows:
+        token = tenants.token(row["tenant"])
+        assert row["sha256"] == hashlib.sha256(token.encode()).hexdigest()
+        assert auth({"tenant": row["tenant"]}) == (("authorization", f"Bearer {token}"),)
+    assert auth({}) is None
+
+
+def test_seed_sql_copies_rows_with_fresh_identities() -> None:
+    sql = noisy_flow.seed_ledger_sql("alpha", 7)
+    assert sql.startswith("INSERT INTO budget.ledger OVERRIDING SYSTEM VALUE SELECT c.*")
+    assert "generate_series(1, 7)" in sql
+    assert "nextval(pg_get_serial_sequence('budget.ledger', 'entry_id'))" in sql
+    assert "l.tenant_id = 'alpha'" in sql
+
+
+def test_run_together_measures_each_load_of_an_overlap(tmp_path: Path) -> None:
+    with start_echo(1, tmp_path / "logs") as server:
+        server.wait_ready(timeout=30)
+        outer = LoadSpec("echo", server.address, processes=1, concurrency=4, duration=1.2)
+        inner = LoadSpec("echo", server.address, processes=1, concurrency=2, duration=0.5)
+        results = run_together([(outer, 0.0), (inner, 0.3)])
+    figures = [r.figure() for r in results]
+    assert [f["status"] for f in figures] == ["ok", "ok"]
+    assert [f["concurrency"] for f in figures] == [4, 2]
+    assert all(f["rpcs"] > 0 for f in figures)
