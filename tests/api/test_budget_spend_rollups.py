@@ -27,7 +27,12 @@ WORKFLOWS = ("wf", "")
 AGENTS = ("agent", "")
 MODELS = ("gpt-4o", "claude-3-5-sonnet", "")  # "": a tool call, no model
 END_USERS = ("cust-1", "cust-2", "")
-TAG_SETS = ({}, {"plan": "pro"}, {"plan": "free", "team": "red"}, {"team": "red"})
+TAG_SETS: tuple[dict[str, str], ...] = (
+    {},
+    {"plan": "pro"},
+    {"plan": "free", "team": "red"},
+    {"team": "red"},
+)
 TAG_KEY = "plan"
 # The tenant's token: the test opens some runs with an issued key (not in development mode).
 TOKEN = "admin-of-dev"
