@@ -26,7 +26,7 @@ from ration_server import registry
 from servicekit.embedded import EmbeddedPostgres
 from servicekit.migrations import migrate
 from servicekit.server import ServiceRunner
-from tests.support import dbroles
+from tests.support import adapters, dbroles
 from tests.support.postgres import admin, docker_answers, with_database
 from tests.support.servers import StartServer, service_env
 
@@ -128,11 +128,14 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 @pytest.fixture
 async def start_server(app_database_url: str) -> AsyncIterator[StartServer]:
     """Starts a real service ('budget' or 'memory') on loopback, connected as the application
-    role; stopped after the test."""
+    role, with the session's shared heavy adapters (tests/support/adapters.py); stopped after
+    the test."""
     runners: list[ServiceRunner] = []
 
     async def start(kind: str, **overrides: str) -> ServiceRunner:
-        runner = registry.build_runner(kind, service_env(app_database_url, **overrides))
+        runner = registry.build_runner(
+            kind, service_env(app_database_url, **overrides), adapters=adapters.for_service(kind)
+        )
         await runner.start()
         runners.append(runner)
         await asyncio.wait_for(runner.ready.wait(), timeout=30)

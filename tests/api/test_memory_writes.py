@@ -13,10 +13,10 @@ import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
-from memory_service.adapters.tokenizer import Tokenizer
 from memory_service.domain.token_counters import TokenCounter
 from ration.memory.v1 import memory_pb2
 from servicekit.auth import digest
+from tests.support.adapters import shared_tokenizer
 from tests.support.errors import rpc_error
 from tests.support.memory import MEMORY_TABLES, Memory, entry, request_id
 from tests.support.servers import StartServer
@@ -42,7 +42,7 @@ async def test_first_append_creates_the_memory_at_revision_1_with_sized_versions
         ["a", "b"],
         {"source": "chat"},
     )
-    counter = Tokenizer.load()
+    counter = shared_tokenizer()
     assert (stored.sizes.o200k_base, stored.sizes.cl100k_base, stored.sizes.chars) == (
         counter.count(TokenCounter.O200K_BASE, text),
         counter.count(TokenCounter.CL100K_BASE, text),
