@@ -13,11 +13,11 @@ from memory_service.adapters.tokenizer import Tokenizer
 from memory_service.definition import Adapters, factory
 from memory_service.usecases.settings import MemorySettings
 from servicekit.settings import Env, SettingsError
-from tests.support.adapters import shared_embedder, shared_tokenizer
+from tests.support.adapters import SHARED, shared_embedder, shared_tokenizer
 
 
 def test_a_valid_configuration_builds() -> None:
-    assert callable(factory(MemorySettings.from_env(Env({}))))
+    assert callable(factory(MemorySettings.from_env(Env({})), SHARED))
 
 
 class Limits(TypedDict, total=False):
