@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from prometheus_client import CollectorRegistry
@@ -88,7 +91,19 @@ def _checked(settings: MemorySettings) -> tuple[CapacityBudget, CompactionPolicy
     return budget, policy
 
 
-def load_embedder(settings: MemorySettings) -> Embedder | None:
+@dataclass(frozen=True)
+class Adapters:
+    """The heavy adapters, as loaders: a process loads each once at start (about 1 s of CPU for
+    the encodings and the ONNX model); tests hand in loaders that share one instance."""
+
+    tokenizer: Callable[[Path | None], Tokenizer] = Tokenizer.load
+    embedder: Callable[[], Embedder] = Embedder.load
+
+
+PRODUCTION = Adapters()
+
+
+def load_embedder(settings: MemorySettings, adapters: Adapters = PRODUCTION) -> Embedder | None:
     """The embedder, or None (semantic search off) when disabled or its files do not verify.
 
     Unlike the tokenizer this is optional: without it the service still serves everything but
@@ -98,20 +113,20 @@ def load_embedder(settings: MemorySettings) -> Embedder | None:
         log.info("embedder disabled (RATION_MEMORY_EMBEDDER=off): semantic search is off")
         return None
     try:
-        return Embedder.load()
+        return adapters.embedder()
     except (EmbedderUnavailable, ImportError, OSError) as error:
         log.warning("embedder unavailable: semantic search is off", extra={"reason": str(error)})
         return None
 
 
-def factory(settings: MemorySettings) -> AppFactory:
+def factory(settings: MemorySettings, adapters: Adapters = PRODUCTION) -> AppFactory:
     budget, policy = _checked(settings)
     try:
         # Loaded and hash-verified once per process; entry sizes are computed at write only.
-        counter = Tokenizer.load(settings.tokenizer_dir)
+        counter = adapters.tokenizer(settings.tokenizer_dir)
     except TokenizerUnavailable as error:
         raise SettingsError(f"the memory service cannot start: {error}") from None
-    embedder = load_embedder(settings)
+    embedder = load_embedder(settings, adapters)
     limits = InputLimits(
         settings.max_entry_size_bytes, settings.max_batch_entries, settings.max_request_text_bytes
     )

@@ -43,17 +43,23 @@ def definition(kind: str) -> AnyDefinition:
         raise ValueError(f"no service named {kind!r}; known: {', '.join(SERVICES)}") from None
 
 
-def configure(kind: str, env: Env) -> Configured:
-    """Service `kind` configured from `env` (its settings validated), not yet started."""
-    return definition(kind).configure(env)
+def configure(kind: str, env: Env, adapters: object = None) -> Configured:
+    """Service `kind` configured from `env` (its settings validated), not yet started; with
+    `adapters` (e.g. memory_service.definition.Adapters) instead of its default heavy ones."""
+    return definition(kind).configure(env, adapters)
 
 
 def build_runner(
-    kind: str, env: Env, database_url: str | None = None, *, reuse_port: bool = False
+    kind: str,
+    env: Env,
+    database_url: str | None = None,
+    *,
+    reuse_port: bool = False,
+    adapters: object = None,
 ) -> ServiceRunner:
     """A runner of service `kind` configured from `env`, connected to `database_url` (default:
-    RATION_DATABASE_URL as `env` sets it)."""
-    configured = configure(kind, env)
+    RATION_DATABASE_URL as `env` sets it); `adapters` as in `configure`."""
+    configured = configure(kind, env, adapters)
     url = database_url or configured.database.url
     if not url:
         raise ValueError(f"{kind}: no database URL (RATION_DATABASE_URL is unset)")

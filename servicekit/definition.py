@@ -54,11 +54,16 @@ class ServiceDefinition(Generic[SettingsT]):
     service_name: str  # the gRPC service's full name (health, reflection)
     migrations: Sequence[MigrationSet]
     settings: Callable[[Env], SettingsT]  # from the environment, validated
-    factory: Callable[[SettingsT], AppFactory]
+    # (settings) -> AppFactory; a service with heavy adapters also takes them as a second
+    # argument with a production default (tests hand in instances shared by the session).
+    factory: Callable[..., AppFactory]
 
-    def configure(self, env: Env) -> Configured:
+    def configure(self, env: Env, adapters: Any = None) -> Configured:
+        """Configured from `env`; `adapters` (the service's own type) replace its default
+        heavy adapters, and None keeps them."""
         settings = self.settings(env)
-        return Configured(self.name, settings.server, settings.database, self.factory(settings))
+        built = self.factory(settings) if adapters is None else self.factory(settings, adapters)
+        return Configured(self.name, settings.server, settings.database, built)
 
 
 AnyDefinition = ServiceDefinition[Any]

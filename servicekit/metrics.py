@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CollectorRegistry,
@@ -12,7 +15,7 @@ from prometheus_client import (
     Gauge,
     Histogram,
     disable_created_metrics,
-    start_http_server,
+    make_wsgi_app,
 )
 
 # `*_created` series double the scrape size and no dashboard uses them.
@@ -89,13 +92,36 @@ def pool_gauges(registry: CollectorRegistry, service: str, pool_stats: Callable[
         gauge.labels(service, state).set_function(reader(state))
 
 
+# How often the endpoint's loop looks for `close`: prometheus_client's start_http_server polls
+# every 0.5 s, which every service stop (and every test server) then waited for.
+STOP_POLL_SECONDS = 0.05
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not log lines."""
+
+
 class MetricsEndpoint:
-    """The HTTP `/metrics` endpoint of one service process."""
+    """The HTTP `/metrics` endpoint of one service process: prometheus_client's WSGI app on a
+    threading server of the address's family, as its start_http_server builds it."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
-        self._server: Any
-        self._thread: threading.Thread
-        self._server, self._thread = start_http_server(port, addr=host, registry=registry)
+        family, _, _, _, sockaddr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+
+        class Server(ThreadingMixIn, WSGIServer):
+            daemon_threads = True
+            address_family = family
+
+        self._server = make_server(
+            str(sockaddr[0]), port, make_wsgi_app(registry), Server, handler_class=_QuietHandler
+        )
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(STOP_POLL_SECONDS,), daemon=True
+        )
+        self._thread.start()
 
     @property
     def port(self) -> int:

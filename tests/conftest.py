@@ -2,9 +2,10 @@
 
 Each test session creates its own owner and application roles (tests/support/dbroles.py) and
 migrates one template database as the owner; each test that asks for `database_url` gets a fresh
-clone of it, dropped afterwards. `database_url` and `db` connect as the superuser (for tests
-that inspect or alter the database directly); the servers connect as the application role
-(`app_database_url`), so row-level security applies to them. API fixtures start the real
+clone of it (made ahead, dropped afterwards, both in the background: tests/support/clones.py).
+`database_url` and `db` connect as the superuser (for tests that inspect or alter the database
+directly); the servers connect as the application role (`app_database_url`), so row-level
+security applies to them. API fixtures start the real
 servers on 127.0.0.1:0.
 """
 
@@ -27,7 +28,8 @@ from ration_server import registry
 from servicekit.embedded import EmbeddedPostgres
 from servicekit.migrations import migrate
 from servicekit.server import ServiceRunner
-from tests.support import dbroles
+from tests.support import adapters, dbroles
+from tests.support.clones import Clones
 from tests.support.postgres import admin, docker_answers, with_database
 from tests.support.servers import StartServer, service_env
 
@@ -106,15 +108,24 @@ def empty_database_url(pg_server_url: str, db_roles: dbroles.Roles) -> Iterator[
         asyncio.run(admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
+@pytest.fixture(scope="session")
+def template_clones(pg_server_url: str, template_database: str) -> Iterator[Clones]:
+    """Clones of the template made ahead of the tests and dropped behind them (support/clones)."""
+    clones = Clones(pg_server_url, template_database)
+    try:
+        yield clones
+    finally:
+        clones.close()
+
+
 @pytest.fixture
-def database_url(pg_server_url: str, template_database: str) -> Iterator[str]:
+def database_url(pg_server_url: str, template_clones: Clones) -> Iterator[str]:
     """A fresh, migrated database for one test."""
-    name = f"ration_t_{uuid.uuid4().hex[:12]}"
-    asyncio.run(admin(pg_server_url, f'CREATE DATABASE "{name}" TEMPLATE "{template_database}"'))
+    name = template_clones.take()
     try:
         yield with_database(pg_server_url, name)
     finally:
-        asyncio.run(admin(pg_server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        template_clones.give_back(name)
 
 
 @pytest.fixture
@@ -136,11 +147,14 @@ async def db(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 @pytest.fixture
 async def start_server(app_database_url: str) -> AsyncIterator[StartServer]:
     """Starts a real service ('budget' or 'memory') on loopback, connected as the application
-    role; stopped after the test."""
+    role, with the session's shared heavy adapters (tests/support/adapters.py); stopped after
+    the test."""
     runners: list[ServiceRunner] = []
 
     async def start(kind: str, **overrides: str) -> ServiceRunner:
-        runner = registry.build_runner(kind, service_env(app_database_url, **overrides))
+        runner = registry.build_runner(
+            kind, service_env(app_database_url, **overrides), adapters=adapters.for_service(kind)
+        )
         await runner.start()
         runners.append(runner)
         await asyncio.wait_for(runner.ready.wait(), timeout=30)

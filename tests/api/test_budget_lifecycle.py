@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 from datetime import UTC, timedelta
 from pathlib import Path
@@ -17,6 +16,7 @@ from ration.budget.v1 import budget_pb2 as pb
 from tests.support.budget import USD, Budget, new_id
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 from tests.support.windows import window_start
 
 
@@ -229,20 +229,13 @@ async def test_scope_budgets_can_be_replaced_read_and_deleted(
 
 
 def token_file(path: Path) -> Path:
-    rows = [
+    return write_token_file(
+        path,
         ("reader-a", "a", ["reader"]),
         ("writer-a", "a", ["writer"]),
         ("admin-a", "a", ["admin"]),
         ("writer-b", "b", ["writer"]),
-    ]
-    document = {
-        "tokens": [
-            {"sha256": hashlib.sha256(token.encode()).hexdigest(), "tenant": t, "roles": roles}
-            for token, t, roles in rows
-        ]
-    }
-    path.write_text(json.dumps(document))
-    return path
+    )
 
 
 async def test_tenants_are_isolated_and_roles_enforced(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import urllib.request
 from pathlib import Path
 
@@ -14,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ration.budget.v1 import budget_pb2 as pb
 from tests.support.budget import USD, Budget
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 ADMIN = (("authorization", "Bearer admin-of-acme"),)
 # Identifiers a tenant chooses; none may show on an unauthenticated /metrics by default.
@@ -69,11 +68,9 @@ async def test_three_thousand_models_stay_within_the_model_bound(
 
 
 def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens.json"
-    digest = hashlib.sha256(b"admin-of-acme").hexdigest()
-    rows = [{"sha256": digest, "tenant": TENANT, "roles": ["admin", "writer", "reader"]}]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    return write_token_file(
+        tmp_path / "tokens.json", ("admin-of-acme", TENANT, ["admin", "writer", "reader"])
+    )
 
 
 async def pooled_traffic(start_server: StartServer, tmp_path: Path, **env: str) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import socket
 import threading
@@ -28,6 +27,7 @@ from servicekit.settings import Env
 from tests.support.budget import Budget
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 from tests.support.webhooks import WAIT_SECONDS, Receiver, ids
 
 ALERTS = ["budget.threshold.crossed", "budget.exhausted", "cap.breached", "run.failed"]
@@ -37,16 +37,7 @@ OPS = {"webhook": "ops"}
 
 
 def token_file(path: Path) -> Path:
-    rows = [
-        {
-            "sha256": hashlib.sha256(f"{t}-writer".encode()).hexdigest(),
-            "tenant": t,
-            "roles": ["writer"],
-        }
-        for t in ("alpha", "beta")
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    return write_token_file(path, *[(f"{t}-writer", t, ["writer"]) for t in ("alpha", "beta")])
 
 
 @pytest.fixture

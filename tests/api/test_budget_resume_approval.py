@@ -15,6 +15,7 @@ from ration.budget.v1 import budget_pb2 as pb
 from tests.support.budget import Budget
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 CEILING = 1000  # RATION_MAX_BUDGET_TOKENS of the server under test
 NOTE = "ticket OPS-42: raise for the nightly batch"
@@ -25,14 +26,13 @@ def digest(token: str) -> str:
 
 
 def token_file(path: Path) -> Path:
-    rows = [
-        {"sha256": digest("reader-a"), "tenant": "a", "roles": ["reader"]},
-        {"sha256": digest("writer-a"), "tenant": "a", "roles": ["writer"]},
-        {"sha256": digest("approver-a"), "tenant": "a", "roles": ["approver"], "principal": "lee"},
-        {"sha256": digest("admin-a"), "tenant": "a", "roles": ["admin"]},  # no principal
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    return write_token_file(
+        path,
+        ("reader-a", "a", ["reader"]),
+        ("writer-a", "a", ["writer"]),
+        ("approver-a", "a", ["approver"], "lee"),
+        ("admin-a", "a", ["admin"]),  # no principal
+    )
 
 
 As = Callable[[str], Budget]

@@ -23,6 +23,7 @@ from ration_client import Amounts, BudgetClient, InvalidRequest, SpendGroupBy, S
 from tests.support.budget import ROLLUP_COLUMNS, ROLLUPS_OF_LEDGER, new_id
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 PROJECTS = ("p-alpha", "p-beta", "p-gamma")
 WORKFLOWS = ("wf-1", "wf-2", "")
@@ -249,19 +250,12 @@ async def test_the_window_includes_its_start_and_excludes_its_end(
 
 
 def token_file(path: Path) -> Path:
-    import hashlib
-    import json
-
-    rows = [("reader-a", "a", ["reader"]), ("writer-a", "a", ["writer"])]
-    rows += [("writer-b", "b", ["writer"])]
-    document = {
-        "tokens": [
-            {"sha256": hashlib.sha256(t.encode()).hexdigest(), "tenant": tenant, "roles": roles}
-            for t, tenant, roles in rows
-        ]
-    }
-    path.write_text(json.dumps(document))
-    return path
+    return write_token_file(
+        path,
+        ("reader-a", "a", ["reader"]),
+        ("writer-a", "a", ["writer"]),
+        ("writer-b", "b", ["writer"]),
+    )
 
 
 async def test_a_tenant_reports_only_its_own_spend_and_a_reader_may_ask(

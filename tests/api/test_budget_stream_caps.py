@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from ration_client.errors import decode as client_decode
 from tests.support.budget import Budget
 from tests.support.errors import RpcErrorDetails, decode
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 CAP = 3
 READ_TIMEOUT = 15  # a bound on a hang, not a speed assertion
@@ -26,12 +25,7 @@ As = Callable[[str], Budget]
 
 
 def token_file(path: Path) -> Path:
-    rows = [
-        {"sha256": hashlib.sha256(t.encode()).hexdigest(), "tenant": t[0], "roles": ["writer"]}
-        for t in ("a-writer", "b-writer")
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    return write_token_file(path, ("a-writer", "a", ["writer"]), ("b-writer", "b", ["writer"]))
 
 
 @pytest.fixture

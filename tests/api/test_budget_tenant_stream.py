@@ -4,7 +4,6 @@ across reconnects and servers, filtered, tenant-isolated and capped."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import uuid
@@ -24,6 +23,7 @@ from tests.support.budget import Budget
 from tests.support.errors import rpc_error
 from tests.support.postgres import admin, with_database
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 READ_TIMEOUT = 20  # a bound on a hang, not a speed assertion
 CAP = 2
@@ -164,13 +164,8 @@ async def test_two_servers_writing_at_once_are_seen_exactly_once(
 
 
 def token_file(path: Path) -> Path:
-    rows = [
-        {"sha256": hashlib.sha256(f"{t}-{role}".encode()).hexdigest(), "tenant": t, "roles": [role]}
-        for t in ("alpha", "beta")
-        for role in ("writer", "reader")
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    rows = [(f"{t}-{role}", t, [role]) for t in ("alpha", "beta") for role in ("writer", "reader")]
+    return write_token_file(path, *rows)
 
 
 @pytest.fixture

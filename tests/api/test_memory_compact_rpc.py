@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -11,10 +10,10 @@ import grpc
 import pytest
 
 from ration.memory.v1 import memory_pb2
-from servicekit.auth import digest
 from tests.support.errors import rpc_error
 from tests.support.memory import Memory, entry, row_counts
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 ENABLED = {"RATION_MEMORY_COMPACTION_ENABLED": "true"}
 AGE_ZERO = {**ENABLED, "RATION_MEMORY_MIN_TOMBSTONE_REVISIONS": "0"}
@@ -217,19 +216,9 @@ async def test_reclaimed_bytes_is_negative_with_a_long_reason_and_zero_for_a_no_
 
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens.json"
     roles = {"reader": ["reader"], "writer": ["writer"], "admin": ["admin"]}
-    path.write_text(
-        json.dumps(
-            {
-                "tokens": [
-                    {"sha256": digest(f"{name}-token"), "tenant": "acme", "roles": granted}
-                    for name, granted in roles.items()
-                ]
-            }
-        )
-    )
-    return path
+    rows = [(f"{name}-token", "acme", granted) for name, granted in roles.items()]
+    return write_token_file(tmp_path / "tokens.json", *rows)
 
 
 async def test_dry_run_needs_reader_and_a_real_run_needs_admin(

@@ -5,15 +5,14 @@ deadline and ahead of A's batch, and A's excess is refused TENANT_BUSY with Retr
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
 
 from bench.sizing import worst_case_texts
 from ration_client import MemoryClient, TenantBusy
-from servicekit.auth import digest
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 A_APPENDS = 6
 # One append's preparation (redaction, sizing, embedding of 12 × 64 KiB, about a second) far
@@ -26,13 +25,9 @@ SHARE = 3
 
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens.json"
-    rows = [
-        {"sha256": digest("tenant-a"), "tenant": "a", "roles": ["writer"]},
-        {"sha256": digest("tenant-b"), "tenant": "b", "roles": ["writer"]},
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    return write_token_file(
+        tmp_path / "tokens.json", ("tenant-a", "a", ["writer"]), ("tenant-b", "b", ["writer"])
+    )
 
 
 def large_entries(seed: int) -> list[str]:

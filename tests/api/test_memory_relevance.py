@@ -16,6 +16,7 @@ from memory_service.adapters.embedder import Embedder, EmbedderFiles, from_bytes
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as pb
 from ration.memory.v1 import memory_service_pb2_grpc
+from tests.support.adapters import shared_embedder
 from tests.support.errors import rpc_error
 from tests.support.memory import Memory, entry
 from tests.support.servers import StartServer
@@ -32,7 +33,7 @@ PARAPHRASE = "Where does the client like to sit when travelling by plane?"
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    return Embedder.load()
+    return shared_embedder()
 
 
 async def crafted(memory: Memory) -> list[m.EntryVersion]:

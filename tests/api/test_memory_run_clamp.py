@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -13,11 +12,11 @@ import pytest
 
 from ration.budget.v1 import budget_pb2 as b
 from ration.memory.v1 import memory_pb2 as m
-from servicekit.auth import digest
 from tests.support.budget import Budget
 from tests.support.errors import rpc_error
 from tests.support.memory import Memory
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 CHARS = m.TOKEN_COUNTER_CHARS
 ALPHA = (("authorization", "Bearer alpha-token"),)
@@ -25,13 +24,11 @@ ALPHA = (("authorization", "Bearer alpha-token"),)
 
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens.json"
-    rows = [
-        {"sha256": digest("alpha-token"), "tenant": "alpha", "roles": ["writer"]},
-        {"sha256": digest("beta-token"), "tenant": "beta", "roles": ["writer"]},
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    return write_token_file(
+        tmp_path / "tokens.json",
+        ("alpha-token", "alpha", ["writer"]),
+        ("beta-token", "beta", ["writer"]),
+    )
 
 
 @dataclass

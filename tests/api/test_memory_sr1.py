@@ -8,8 +8,9 @@ import grpc
 import numpy as np
 from google.rpc import error_details_pb2
 
-from memory_service.adapters.embedder import Embedder, from_bytes
+from memory_service.adapters.embedder import from_bytes
 from ration.memory.v1 import memory_pb2 as m
+from tests.support.adapters import shared_embedder
 from tests.support.errors import rpc_error
 from tests.support.memory import MEMORY_TABLES, Memory, entry, row_counts
 from tests.support.servers import StartServer, scrape
@@ -52,7 +53,7 @@ async def test_markers_replace_secrets_everywhere_and_survive_revise_dedupe_and_
         RATION_MEMORY_COMPACTION_ENABLED="true",
         RATION_MEMORY_MIN_TOMBSTONE_REVISIONS="0",
     )
-    embedder = Embedder.load()
+    embedder = shared_embedder()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
         memory = Memory(channel, "sr1/everything")
         detected = [f"{name} here: {value} (rotate it)" for name, value in DETECTED.items()]

@@ -3,7 +3,6 @@ security keeps it that way even with the application's tenant filter removed."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -17,10 +16,10 @@ from memory_service.store import reads as store_reads
 from memory_service.store import writes as store
 from ration.memory.v1 import memory_pb2 as m
 from ration.memory.v1 import memory_service_pb2 as pb
-from servicekit.auth import digest
 from tests.support.errors import rpc_error
 from tests.support.memory import Memory
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 SHARED_REF = "shared/notes"
 SECRET_TEXT = "alpha's plan: the merger closes on Friday"
@@ -30,13 +29,11 @@ TENANT_PREDICATE = re.compile(r"(?:\b\w+\.)?tenant_id = \$1\b")
 
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens.json"
-    rows = [
-        {"sha256": digest("alpha-token"), "tenant": "alpha", "roles": ["writer"]},
-        {"sha256": digest("beta-token"), "tenant": "beta", "roles": ["writer"]},
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    return write_token_file(
+        tmp_path / "tokens.json",
+        ("alpha-token", "alpha", ["writer"]),
+        ("beta-token", "beta", ["writer"]),
+    )
 
 
 async def reads(memory: Memory, stored: m.EntryVersion) -> list[Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,13 +12,13 @@ import grpc
 import pytest
 from google.protobuf import timestamp_pb2
 
-from memory_service.adapters.tokenizer import Tokenizer
 from memory_service.domain.token_counters import TokenCounter
 from ration.memory.v1 import memory_pb2
-from servicekit.auth import digest
+from tests.support.adapters import shared_tokenizer
 from tests.support.errors import rpc_error
 from tests.support.memory import MEMORY_TABLES, Memory, entry, request_id
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 OPENAI_KEY = "sk-proj-" + "A1b2C3d4E5" * 4
 RUN_SECRET = "hunter2-but-longer"
@@ -42,7 +41,7 @@ async def test_first_append_creates_the_memory_at_revision_1_with_sized_versions
         ["a", "b"],
         {"source": "chat"},
     )
-    counter = Tokenizer.load()
+    counter = shared_tokenizer()
     assert (stored.sizes.o200k_base, stored.sizes.cl100k_base, stored.sizes.chars) == (
         counter.count(TokenCounter.O200K_BASE, text),
         counter.count(TokenCounter.CL100K_BASE, text),
@@ -180,14 +179,12 @@ async def test_expiry_is_stored_and_must_be_in_the_future(
 
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens.json"
-    rows = [
-        {"sha256": digest("alpha-writer"), "tenant": "alpha", "roles": ["writer"]},
-        {"sha256": digest("alpha-reader"), "tenant": "alpha", "roles": ["reader"]},
-        {"sha256": digest("beta-writer"), "tenant": "beta", "roles": ["writer"]},
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    return write_token_file(
+        tmp_path / "tokens.json",
+        ("alpha-writer", "alpha", ["writer"]),
+        ("alpha-reader", "alpha", ["reader"]),
+        ("beta-writer", "beta", ["writer"]),
+    )
 
 
 async def test_tenants_never_see_each_other_and_readers_cannot_write(

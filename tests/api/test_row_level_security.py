@@ -4,7 +4,6 @@ tenant filter still sees one tenant's rows; cross-tenant upkeep only through its
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from tests.support.budget import Budget
 from tests.support.errors import rpc_error
 from tests.support.memory import Memory
 from tests.support.servers import StartServer
+from tests.support.token_files import write_token_file
 
 TENANT_TABLES = """
 SELECT n.nspname || '.' || c.relname AS name, c.relrowsecurity, c.relforcerowsecurity,
@@ -53,15 +53,8 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
-    from servicekit.auth import digest
-
-    path = tmp_path / "tokens.json"
-    rows = [
-        {"sha256": digest(f"{t}-token"), "tenant": t, "roles": ["writer", "admin"]}
-        for t in ("alpha", "beta")
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    rows = [(f"{t}-token", t, ["writer", "admin"]) for t in ("alpha", "beta")]
+    return write_token_file(tmp_path / "tokens.json", *rows)
 
 
 async def as_tenant(url: str, tenant: str | None, sql: str, *args: Any) -> list[asyncpg.Record]:

@@ -13,12 +13,13 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from servicekit.auth import current_identity, digest
+from servicekit.auth import current_identity
 from servicekit.db import Database
 from servicekit.errors import DomainError, ErrorKind, QuotaDetail
 from servicekit.server import ServiceApp, ServiceRunner
 from servicekit.settings import DatabaseSettings, Env, ServerSettings
 from tests.support.errors import decode
+from tests.support.token_files import write_token_file
 
 SERVICE = "ration.test.v1.Probe"
 
@@ -181,18 +182,11 @@ async def test_health_is_not_serving_until_postgres_answers() -> None:
 
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens.json"
-    path.write_text(
-        json.dumps(
-            {
-                "tokens": [
-                    {"sha256": digest("alpha-token"), "tenant": "alpha", "roles": ["writer"]},
-                    {"sha256": digest("beta-token"), "tenant": "beta", "roles": ["admin"]},
-                ]
-            }
-        )
+    return write_token_file(
+        tmp_path / "tokens.json",
+        ("alpha-token", "alpha", ["writer"]),
+        ("beta-token", "beta", ["admin"]),
     )
-    return path
 
 
 async def test_auth_maps_token_to_tenant_and_refuses_missing_or_unknown(

@@ -10,7 +10,6 @@ no age window, a small active-entry budget) and, for `token`, a role that may co
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from ration.memory.v1 import memory_pb2
 from ration_client import Rank, SearchMode, StoppedBy
 from ration_client.errors import RationError
 from ration_client.memory import MemoryClient
-from servicekit.auth import digest
+from tests.support import token_files
 from tests.support.errors import rpc_error
 from tests.support.memory import Memory, entry, request_id
 
@@ -40,9 +39,7 @@ CONCURRENT = 8
 def write_token_file(path: Path, tokens: dict[str, str] | None = None) -> Path:
     """A RATION_TOKEN_FILE with admin tokens (token: tenant), the exercise's two by default."""
     given = TOKENS if tokens is None else tokens
-    rows = [{"sha256": digest(t), "tenant": n, "roles": ["admin"]} for t, n in given.items()]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    return token_files.write_token_file(path, *[(t, n, ["admin"]) for t, n in given.items()])
 
 
 async def exercise_memory(address: str, token: str | None, other_token: str | None = None) -> None:

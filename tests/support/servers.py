@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 from ration_server import registry
 from servicekit.server import ServiceRunner
 from servicekit.settings import Env
-from tests.support import dbroles
+from tests.support import adapters, dbroles
 
 
 def service_env(database_url: str, **overrides: str) -> Env:
@@ -38,9 +38,14 @@ T = TypeVar("T")
 
 def build_runner(kind: str, database_url: str, **overrides: str) -> ServiceRunner:
     """A ServiceRunner for 'budget' or 'memory', configured as the `start_server` fixture does:
-    connected as the session's application role."""
+    connected as the session's application role, with the session's shared heavy adapters."""
     database_url = dbroles.current().app_url(database_url)
-    return registry.build_runner(kind, service_env(database_url, **overrides), database_url)
+    return registry.build_runner(
+        kind,
+        service_env(database_url, **overrides),
+        database_url,
+        adapters=adapters.for_service(kind),
+    )
 
 
 class ThreadedServer:

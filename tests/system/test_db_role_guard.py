@@ -3,15 +3,14 @@ not apply to (superuser, BYPASSRLS, the tables' owner) unless the operator overr
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from servicekit.auth import digest
 from tests.support import dbroles
 from tests.support.procs import BIN, Proc, clean_env
+from tests.support.token_files import write_token_file
 
 pytestmark = pytest.mark.system
 
@@ -20,10 +19,7 @@ OVERRIDE = "RATION_ALLOW_PRIVILEGED_DB_ROLE"
 
 @pytest.fixture
 def token_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tokens.json"
-    row = {"sha256": digest("alpha-token"), "tenant": "alpha", "roles": ["writer"]}
-    path.write_text(json.dumps({"tokens": [row]}))
-    return path
+    return write_token_file(tmp_path / "tokens.json", ("alpha-token", "alpha", ["writer"]))
 
 
 def served_as(url: str, token_file: Path, **extra: str) -> dict[str, str]:

@@ -17,11 +17,12 @@ from memory_service.adapters.embedder import (
     from_bytes,
     to_bytes,
 )
+from tests.support.adapters import shared_embedder
 
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    return Embedder.load()
+    return shared_embedder()
 
 
 def test_vectors_are_unit_length_and_deterministic(embedder: Embedder) -> None:

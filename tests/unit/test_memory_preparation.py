@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from memory_service.adapters.embedder import Embedder, from_bytes
+from memory_service.adapters.embedder import from_bytes
 from memory_service.adapters.tokenizer import Tokenizer
 from memory_service.domain.commands import (
     AppendEntries,
@@ -31,6 +31,7 @@ from memory_service.usecases.preparation import (
 )
 from servicekit.errors import BadRequestDetail, DomainError
 from servicekit.redaction import Secret
+from tests.support.adapters import shared_embedder, shared_tokenizer
 
 SECRET = "correct-horse-battery"
 GITHUB = "ghp_" + "a1B2c3D4e5" * 4
@@ -44,7 +45,7 @@ def append(*drafts: EntryDraft, secrets: tuple[Secret, ...] = ()) -> AppendEntri
 
 @pytest.fixture(scope="module")
 def counter() -> Tokenizer:
-    return Tokenizer.load()
+    return shared_tokenizer()
 
 
 def test_hash_and_sizes_are_of_the_redacted_content(counter: Tokenizer) -> None:
@@ -101,7 +102,7 @@ def test_metric_labels_never_carry_caller_chosen_secret_ids(counter: Tokenizer) 
 def test_the_vector_is_of_the_redacted_content_and_absent_without_an_embedder(
     counter: Tokenizer,
 ) -> None:
-    embedder = Embedder.load()
+    embedder = shared_embedder()
     command = append(
         EntryDraft(f"the vault password is {SECRET}"), secrets=(Secret("vault", SECRET),)
     )

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from memory_service.adapters.tokenizer import Tokenizer, TokenizerUnavailable, packaged_data_dir
 from memory_service.domain.token_counters import TokenCounter
+from tests.support.adapters import shared_tokenizer
 
 O200K = "o200k_base.tiktoken.gz"
 CL100K = "cl100k_base.tiktoken.gz"
@@ -38,7 +39,7 @@ CORPUS = [
 
 @pytest.fixture(scope="module")
 def counter() -> Tokenizer:
-    return Tokenizer.load()
+    return shared_tokenizer()
 
 
 @pytest.mark.parametrize("text", CORPUS)

@@ -21,6 +21,7 @@ from memory_service.definition import factory
 from memory_service.domain.token_counters import TokenCounter
 from memory_service.usecases.settings import MemorySettings
 from servicekit.settings import Env, SettingsError
+from tests.support.adapters import shared_tokenizer
 from tests.support.tokens import tiktoken_encoding
 
 CORPUS = (
@@ -52,7 +53,7 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture(scope="module")
 def counter() -> Tokenizer:
-    return Tokenizer.load()
+    return shared_tokenizer()
 
 
 @pytest.mark.parametrize("text", CORPUS)

@@ -13,6 +13,7 @@ from memory_service.adapters.embedder import Embedder
 from memory_service.usecases.relevance_vectors import Vectors
 from servicekit.cpu import CpuPool
 from servicekit.errors import DomainError
+from tests.support.adapters import shared_embedder
 
 
 class CountingEmbedder:
@@ -31,7 +32,7 @@ class CountingEmbedder:
 
 @pytest.fixture(scope="module")
 def real() -> Embedder:
-    return Embedder.load()
+    return shared_embedder()
 
 
 @pytest.fixture

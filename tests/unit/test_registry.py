@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from ration_server import registry
 from servicekit.settings import Env, SettingsError
-from servicekit.workers import supervise
+from tests.support import adapters
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class _NeverStopped:
-    requested = False
 
 
 @pytest.mark.parametrize("kind", registry.SERVICES)
@@ -24,7 +19,7 @@ def test_each_service_is_built_from_its_one_definition(kind: str) -> None:
     definition = registry.definition(kind)
     env = Env({"RATION_DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"})
     configured = registry.configure(kind, env)
-    runner = registry.build_runner(kind, env)
+    runner = registry.build_runner(kind, env, adapters=adapters.for_service(kind))
     assert definition.name == configured.name == runner.app.name == kind
     assert runner.app.service_name == definition.service_name
     assert list(runner.app.migrations) == list(definition.migrations)
@@ -44,14 +39,6 @@ def test_an_unknown_service_kind_is_refused_by_name() -> None:
 def test_settings_errors_surface_from_the_definition() -> None:
     with pytest.raises(SettingsError, match="RATION_MEMORY_MAX_ACTIVE_ENTRIES"):
         registry.configure("memory", Env({"RATION_MEMORY_MAX_ACTIVE_ENTRIES": "0"}))
-
-
-def test_the_supervisor_starts_the_command_its_caller_gives() -> None:
-    code = "import os, sys; sys.exit(int(os.environ['RATION_WORKERS']) + 6)"
-    assert (
-        supervise([sys.executable, "-c", code], "budget", 2, "postgresql://x/y", _NeverStopped())
-        == 7
-    )
 
 
 def test_servicekit_names_no_service_and_not_the_composition_root() -> None:

@@ -4,14 +4,12 @@ CHANGELOG.md, each release naming the commit it was cut from."""
 from __future__ import annotations
 
 import re
-import subprocess
 import tomllib
 
 import pytest
 
 from ration_server import __version__
 from ration_server.cli import main
-from tests.support.procs import BIN
 from tests.support.releases import ROOT, UNRELEASED, releases
 
 
@@ -20,13 +18,6 @@ def test_ration_version_prints_the_release(capsys: pytest.CaptureFixture[str]) -
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out == f"ration {__version__}\n"
-
-
-def test_the_installed_command_prints_it_too() -> None:
-    done = subprocess.run(
-        [str(BIN / "ration"), "--version"], capture_output=True, text=True, timeout=60
-    )
-    assert (done.returncode, done.stdout) == (0, f"ration {__version__}\n")
 
 
 def test_the_version_has_one_source_and_is_the_newest_release() -> None:

@@ -8,6 +8,8 @@ import pytest
 
 from bench import database
 
+pytestmark = pytest.mark.system
+
 
 def test_the_bench_runs_its_own_cluster_and_removes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     if database._system_bin_dir() is None:
