@@ -172,13 +172,16 @@ def _ceilings(results: dict[str, Any]) -> list[str]:
         if c.get("status") != "ok":
             out.append(f"| {name} | {_status(c)} | | | |")
             continue
-        rate = f"{_num(c['tps'])} tps" if "tps" in c else f"{_num(c['rpc_per_s'])} RPC/s"
-        note = (
-            f"-c {c['clients']} -j {c['threads']}, {c['rows']:,} row(s)"
-            if "tps" in c
-            else f"{c.get('server_workers')} workers, {c['concurrency']} callers"
-        )
-        out.append(f"| {name} | {rate} | {_num(c['p50_ms'])} | {_num(c['p99_ms'])} | {note} |")
+        if "tps" in c:
+            rate = f"{_num(c['tps'])} tps"
+            note = f"-c {c['clients']} -j {c['threads']}, {c['rows']:,} row(s)"
+        elif "rpc_per_s" in c:
+            rate = f"{_num(c['rpc_per_s'])} RPC/s"
+            note = f"{c.get('server_workers')} workers, {c['concurrency']} callers"
+        else:  # a floor computed from other ceilings (floor.pair_1): no rate of its own
+            rate, note = "—", str(c.get("scenario", ""))
+        p99 = _num(c.get("p99_ms"))
+        out.append(f"| {name} | {rate} | {_num(c['p50_ms'])} | {p99} | {note} |")
     return [*out, ""]
 
 

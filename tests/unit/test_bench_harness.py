@@ -169,3 +169,15 @@ def test_sizing_figure_reports_every_worst_case_kind_beside_tiktoken(tmp_path: P
     assert f"Worst case: **{figure['worst']}**" in text
     for kind in texts:
         assert f"| {kind} | " in text
+
+
+def test_a_floor_ceiling_renders_without_a_rate_of_its_own() -> None:
+    ceilings = {
+        "floor.pair_1": {
+            "status": "ok",
+            "scenario": "2 × echo_1 p50 + 2 × pgbench.one p50",
+            "p50_ms": 5.62,
+        },
+    }
+    rows = report._ceilings({"ceilings": ceilings})
+    assert "| floor.pair_1 | — | 5.62 | — | 2 × echo_1 p50 + 2 × pgbench.one p50 |" in rows
