@@ -26,6 +26,12 @@ _PLACEHOLDER = re.compile(
     r"RAISE EXCEPTION '[a-z_.0-9]+ is defined by its function file';\s*END;\s*\$\$;"
 )
 
+# An UPDATE's SET list (also ON CONFLICT DO UPDATE) and a subscript in it (not ARRAY[...]).
+_SET_LIST = re.compile(
+    r"\bUPDATE\s+(?:[\w.]+\s+(?:\w+\s+)?)?SET\b(.*?)(?:\bWHERE\b|\bRETURNING\b|;)", re.S
+)
+_SUBSCRIPT = re.compile(r"(?:\b(?!ARRAY\b)\w+|[)\]])\s*\[")
+
 INSTALLED = """
 SELECT n.nspname AS schema, p.proname AS name, p.prosrc AS body
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -75,3 +81,14 @@ def test_no_migration_after_the_move_defines_a_function(mset: MigrationSet) -> N
             f"{mset.schema} migration {migration.version:04d}_{migration.name} defines a function:"
             f" it belongs in {mset.functions_package}"
         )
+
+
+def test_no_update_sets_a_column_from_a_subscript() -> None:
+    """Citus 13.2.2 crashes the backend planning an UPDATE of a distributed table (signal 11,
+    on the worker when the call is delegated) whose SET list subscripts a parameter
+    (`SET consumed_tokens = r.used[1]`): copy the element into a scalar variable first."""
+    for (schema, name), source in sources().items():
+        code = re.sub(r"--[^\n]*", "", source.sql)
+        for set_list in _SET_LIST.findall(code):
+            found = _SUBSCRIPT.search(set_list)
+            assert found is None, f"{schema}/functions/{name}.sql: SET ... {found and found[0]}"
