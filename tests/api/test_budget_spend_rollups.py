@@ -62,7 +62,13 @@ WHERE l.tenant_id = 'dev' AND l.decision = 'consume' AND l.created_at >= $1
   AND ($4::text IS NULL OR l.model = $4) AND ($5::text IS NULL OR r.end_user_id = $5)
   AND ($6::text IS NULL OR r.api_key_id = $6)
 GROUP BY 1"""
-_ROLLUPS = f"SELECT {ROLLUP_COLUMNS} FROM budget.spend_rollups ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9"
+# The rollups summed over their buckets (migration 0019): one row per group, as the oracle.
+_ROLLUPS = """
+SELECT tenant_id, hour, project_id, workflow_id, agent_id, model, end_user_id, api_key_id,
+    tags_sha256, tags, sum(cost_nanos), sum(tokens), sum(tool_calls), sum(retries),
+    sum(consume_count)
+FROM budget.spend_rollups
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9"""
 
 
 def token_file(path: Path, rows: tuple[tuple[str, str], ...] | None = None) -> Path:
