@@ -270,3 +270,51 @@ async def test_reports_have_their_own_pool_and_a_cap_per_tenant(
         for report in held:
             assert await report == []
         assert await other == []
+
+
+async def session_of_bucket(database_url: str, other_than: int) -> asyncpg.Connection:
+    """A session whose rollup bucket (pg_backend_pid() & 7, migration 0019) is not `other_than`."""
+    spare = []
+    try:
+        while True:
+            conn = await asyncpg.connect(database_url)
+            if await conn.fetchval("SELECT pg_backend_pid() & 7") != other_than:
+                return conn
+            spare.append(conn)
+    finally:
+        for conn in spare:
+            await conn.close()
+
+
+async def test_concurrent_consumes_of_one_group_do_not_queue_on_one_rollup_row(
+    budget: BudgetClient, db: asyncpg.Connection, database_url: str
+) -> None:
+    """Two transactions adding to the same group and hour write two bucket rows: the second
+    does not wait for the first's commit (it would, past its lock timeout, on one row), and
+    the rollups summed over the buckets still equal the ledger."""
+    for run_id in ("hot-1", "hot-2"):
+        await budget.open_run(run_id, project_id="hot")
+    at: datetime = await db.fetchval("SELECT now()")
+    consume = (
+        "INSERT INTO budget.ledger (tenant_id, run_id, decision, request_id, model,"
+        " policy_version, consumed_tokens, created_at)"
+        " VALUES ('dev', $1, 'consume', $1, 'gpt-4o', 1, 5, $2)"
+    )
+    first_bucket: int = await db.fetchval("SELECT pg_backend_pid() & 7")
+    other = await session_of_bucket(database_url, first_bucket)
+    try:
+        async with db.transaction():
+            await db.execute(consume, "hot-1", at)
+            async with other.transaction():
+                await other.execute("SET LOCAL lock_timeout = '10s'")
+                await other.execute(consume, "hot-2", at)
+    finally:
+        await other.close()
+    rows = await db.fetch(
+        "SELECT bucket, tokens FROM budget.spend_rollups WHERE project_id = 'hot' ORDER BY 1"
+    )
+    assert len(rows) == 2 and first_bucket in {r["bucket"] for r in rows}
+    assert sum(r["tokens"] for r in rows) == 10
+    assert [tuple(r) for r in await db.fetch(_ROLLUPS)] == [
+        tuple(r) for r in await db.fetch(ROLLUPS_OF_LEDGER)
+    ]
