@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ration_client import Amounts, BudgetClient, SpendGroupBy, TooManyReports
-from tests.support.budget import ROLLUP_COLUMNS, ROLLUPS_OF_LEDGER
+from tests.support.budget import ROLLUPS_OF_LEDGER
 from tests.support.servers import StartServer
 
 PROJECTS = ("p-one", "p-two")
@@ -313,7 +313,8 @@ async def test_concurrent_consumes_of_one_group_do_not_queue_on_one_rollup_row(
     rows = await db.fetch(
         "SELECT bucket, tokens FROM budget.spend_rollups WHERE project_id = 'hot' ORDER BY 1"
     )
-    assert len(rows) == 2 and first_bucket in {r["bucket"] for r in rows}
+    assert len(rows) == 2
+    assert first_bucket in {r["bucket"] for r in rows}
     assert sum(r["tokens"] for r in rows) == 10
     assert [tuple(r) for r in await db.fetch(_ROLLUPS)] == [
         tuple(r) for r in await db.fetch(ROLLUPS_OF_LEDGER)

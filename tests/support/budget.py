@@ -252,7 +252,8 @@ async def pool_events(budget: Budget, count: int) -> list[pb.WatchTenantEventsRe
 
 # The spend rollups (budget migrations 0013, 0016) a ledger should have: its consume rows summed
 # per tenant, UTC hour, run owners and model, in key order; the rollups summed over their
-# buckets (migration 0019) equal it. Inserted as is, every row lands in bucket 0. The oracle of the rollup tests.
+# buckets (migration 0019) equal it. Inserted as is, every row lands in bucket 0. The oracle of
+# the rollup tests.
 ROLLUPS_OF_LEDGER = """
 SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC') AS hour, r.project_id,
     r.workflow_id, r.agent_id, coalesce(l.model, '') AS model, r.end_user_id, r.api_key_id,
