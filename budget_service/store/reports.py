@@ -1,12 +1,13 @@
 """Budget SQL of spend reports: sums per owner, model or time, read from the spend rollups.
 
-The rollups (migrations 0013 and 0016, budget.roll_up_spend_v1) hold one row per (project,
-workflow, agent, model, end-user, API key, tag set, UTC hour) of a tenant, maintained in each
-Consume's own transaction, so a report reads O(groups) rows, not the window's consume rows
-(a tag set is one group: runs tagged with many distinct sets make as many rows, never more
-than their consume rows). A window's whole hours come from them;
-its partial first and last hours (when its ends are not on the hour) are summed from those
-hours' consume rows of the ledger, so any window's sums equal the ledger's exactly.
+The rollups (migrations 0013, 0016 and 0019, budget.roll_up_spend_v1) hold up to 8 bucket rows
+per (project, workflow, agent, model, end-user, API key, tag set, UTC hour) of a tenant (so
+concurrent Consumes of a busy group do not queue on one row), maintained in each Consume's own
+transaction; every query here sums the buckets of a group (GROUP BY its key), so a report reads
+O(groups) rows, not the window's consume rows (a tag set is one group: runs tagged with many
+distinct sets make as many rows, never more than their consume rows). A window's whole hours
+come from them; its partial first and last hours (when its ends are not on the hour) are summed
+from those hours' consume rows of the ledger, so any window's sums equal the ledger's exactly.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ration_client import Amounts, BudgetClient, SpendGroupBy, TooManyReports
-from tests.support.budget import ROLLUP_COLUMNS, ROLLUPS_OF_LEDGER
+from tests.support.budget import ROLLUPS_OF_LEDGER
 from tests.support.servers import StartServer
 
 PROJECTS = ("p-one", "p-two")
@@ -62,7 +62,13 @@ WHERE l.tenant_id = 'dev' AND l.decision = 'consume' AND l.created_at >= $1
   AND ($4::text IS NULL OR l.model = $4) AND ($5::text IS NULL OR r.end_user_id = $5)
   AND ($6::text IS NULL OR r.api_key_id = $6)
 GROUP BY 1"""
-_ROLLUPS = f"SELECT {ROLLUP_COLUMNS} FROM budget.spend_rollups ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9"
+# The rollups summed over their buckets (migration 0019): one row per group, as the oracle.
+_ROLLUPS = """
+SELECT tenant_id, hour, project_id, workflow_id, agent_id, model, end_user_id, api_key_id,
+    tags_sha256, tags, sum(cost_nanos), sum(tokens), sum(tool_calls), sum(retries),
+    sum(consume_count)
+FROM budget.spend_rollups
+GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9"""
 
 
 def token_file(path: Path, rows: tuple[tuple[str, str], ...] | None = None) -> Path:
@@ -264,3 +270,52 @@ async def test_reports_have_their_own_pool_and_a_cap_per_tenant(
         for report in held:
             assert await report == []
         assert await other == []
+
+
+async def session_of_bucket(database_url: str, other_than: int) -> asyncpg.Connection:
+    """A session whose rollup bucket (pg_backend_pid() & 7, migration 0019) is not `other_than`."""
+    spare = []
+    try:
+        while True:
+            conn = await asyncpg.connect(database_url)
+            if await conn.fetchval("SELECT pg_backend_pid() & 7") != other_than:
+                return conn
+            spare.append(conn)
+    finally:
+        for conn in spare:
+            await conn.close()
+
+
+async def test_concurrent_consumes_of_one_group_do_not_queue_on_one_rollup_row(
+    budget: BudgetClient, db: asyncpg.Connection, database_url: str
+) -> None:
+    """Two transactions adding to the same group and hour write two bucket rows: the second
+    does not wait for the first's commit (it would, past its lock timeout, on one row), and
+    the rollups summed over the buckets still equal the ledger."""
+    for run_id in ("hot-1", "hot-2"):
+        await budget.open_run(run_id, project_id="hot")
+    at: datetime = await db.fetchval("SELECT now()")
+    consume = (
+        "INSERT INTO budget.ledger (tenant_id, run_id, decision, request_id, model,"
+        " policy_version, consumed_tokens, created_at)"
+        " VALUES ('dev', $1, 'consume', $1, 'gpt-4o', 1, 5, $2)"
+    )
+    first_bucket: int = await db.fetchval("SELECT pg_backend_pid() & 7")
+    other = await session_of_bucket(database_url, first_bucket)
+    try:
+        async with db.transaction():
+            await db.execute(consume, "hot-1", at)
+            async with other.transaction():
+                await other.execute("SET LOCAL lock_timeout = '10s'")
+                await other.execute(consume, "hot-2", at)
+    finally:
+        await other.close()
+    rows = await db.fetch(
+        "SELECT bucket, tokens FROM budget.spend_rollups WHERE project_id = 'hot' ORDER BY 1"
+    )
+    assert len(rows) == 2
+    assert first_bucket in {r["bucket"] for r in rows}
+    assert sum(r["tokens"] for r in rows) == 10
+    assert [tuple(r) for r in await db.fetch(_ROLLUPS)] == [
+        tuple(r) for r in await db.fetch(ROLLUPS_OF_LEDGER)
+    ]

@@ -250,8 +250,10 @@ async def pool_events(budget: Budget, count: int) -> list[pb.WatchTenantEventsRe
     return found
 
 
-# The spend rollups (budget migration 0013) a ledger should have: its consume rows summed per
-# tenant, UTC hour, run owners and model, in key order. The oracle of the rollup tests.
+# The spend rollups (budget migrations 0013, 0016) a ledger should have: its consume rows summed
+# per tenant, UTC hour, run owners and model, in key order; the rollups summed over their
+# buckets (migration 0019) equal it. Inserted as is, every row lands in bucket 0. The oracle of
+# the rollup tests.
 ROLLUPS_OF_LEDGER = """
 SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC') AS hour, r.project_id,
     r.workflow_id, r.agent_id, coalesce(l.model, '') AS model, r.end_user_id, r.api_key_id,
@@ -262,7 +264,7 @@ SELECT l.tenant_id, date_trunc('hour', l.created_at, 'UTC') AS hour, r.project_i
 FROM budget.ledger l JOIN budget.runs r ON r.tenant_id = l.tenant_id AND r.run_id = l.run_id
 WHERE l.decision = 'consume'
 GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10 ORDER BY 1, 2, 3, 4, 5, 6, 7, 8, 9"""
-# The columns of a spend_rollups row, in ROLLUPS_OF_LEDGER's order.
+# The columns of a spend_rollups row but its bucket, in ROLLUPS_OF_LEDGER's order.
 ROLLUP_COLUMNS = (
     "tenant_id, hour, project_id, workflow_id, agent_id, model, end_user_id, api_key_id,"
     " tags_sha256, tags, cost_nanos, tokens, tool_calls, retries, consume_count"

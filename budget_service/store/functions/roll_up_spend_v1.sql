@@ -1,29 +1,33 @@
 -- budget.roll_up_spend_v1: Trigger: a consume row of the ledger adds its amounts to its spend
--- rollup (migrations 0013, 0016), in the Consume's own transaction, so the rollups always equal
--- the ledger and ReportSpend reads O(groups).
+-- rollup (migrations 0013, 0016, 0019), in the Consume's own transaction, so the
+-- rollups always equal the ledger and ReportSpend reads O(groups).
 --
 -- The group's owners come from the run (a primary-key probe; OpenRun fixed them): project,
 -- workflow, agent, end-user, API key and tags (keyed by their digest; the same probe, so the
 -- end-user, key and tag groupings cost the trigger nothing more). The hour is the row's
 -- created_at in UTC. An upsert: the first consume of a group and hour inserts its row, later
--- ones add to it. Concurrent Consumes of one group (other runs, other replicas) wait for each
--- other on that row from their ledger insert, the last write that takes a lock in the engine,
--- to their commit. Runs in the row's own node on Citus (the rollups are co-located with the
--- ledger).
+-- ones add to it. The row is one of the group's 8 buckets (migration 0019), the one of this
+-- database session (pg_backend_pid() & 7): a Consume waits for another transaction's commit
+-- only on a row that transaction wrote, so sessions of distinct buckets (server processes,
+-- pool connections, replicas) never queue on a busy group's row; and a batch still writes
+-- one row per group, as before, so buckets add no lock-order (deadlock) between batches, as
+-- a bucket per run would for a batch of many runs. Every reader sums a group's buckets.
+-- Runs in the row's own node on Citus (the rollups are co-located with the ledger).
 CREATE OR REPLACE FUNCTION budget.roll_up_spend_v1() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO budget.spend_rollups AS s (
         tenant_id, hour, project_id, workflow_id, agent_id, model, end_user_id, api_key_id,
-        tags_sha256, tags, cost_nanos, tokens, tool_calls, retries, consume_count)
+        tags_sha256, bucket, tags, cost_nanos, tokens, tool_calls, retries, consume_count)
     SELECT NEW.tenant_id, date_trunc('hour', NEW.created_at, 'UTC'), r.project_id,
         r.workflow_id, r.agent_id, coalesce(NEW.model, ''), r.end_user_id, r.api_key_id,
-        sha256(convert_to(r.tags::text, 'UTF8')), r.tags, NEW.consumed_cost_nanos,
+        sha256(convert_to(r.tags::text, 'UTF8')), (pg_backend_pid() & 7)::smallint, r.tags,
+        NEW.consumed_cost_nanos,
         NEW.consumed_tokens, NEW.consumed_tool_calls, NEW.consumed_retries, 1
     FROM budget.runs r
     WHERE r.tenant_id = NEW.tenant_id AND r.run_id = NEW.run_id
     ON CONFLICT (tenant_id, hour, project_id, workflow_id, agent_id, model, end_user_id,
-                 api_key_id, tags_sha256) DO UPDATE SET
+                 api_key_id, tags_sha256, bucket) DO UPDATE SET
         cost_nanos = s.cost_nanos + EXCLUDED.cost_nanos,
         tokens = s.tokens + EXCLUDED.tokens,
         tool_calls = s.tool_calls + EXCLUDED.tool_calls,
