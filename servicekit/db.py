@@ -180,7 +180,8 @@ class Database:
         # one. Either wait past what the deadline allows is STORE_BUSY; a refused or failed
         # connection is STORE_UNAVAILABLE.
         self._slots = asyncio.Semaphore(settings.pool_max)
-        self.tenant_share = TenantShare(settings.tenant_share or settings.pool_max)
+        # Unset (the default): no per-tenant cap, so a tenant waits only for the pool itself.
+        self.tenant_share = TenantShare(settings.tenant_share) if settings.tenant_share else None
 
     @property
     def ready(self) -> bool:
@@ -344,6 +345,8 @@ class Database:
         (servicekit/tenancy.py): BEGIN and SET LOCAL travel in one message, so entering the
         tenant costs no round trip of its own. The tenant holds at most its share of the
         pool's connections: past it the call waits within its deadline, then TENANT_BUSY."""
+        if self.tenant_share is None:
+            return await self._scoped(enter_tenant(tenant), work, attempts, retry_on)
         async with self.tenant_share.held(tenant, self._wait_seconds):
             return await self._scoped(enter_tenant(tenant), work, attempts, retry_on)
 

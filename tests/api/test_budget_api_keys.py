@@ -265,6 +265,8 @@ async def test_no_key_or_end_user_id_is_stored_logged_exposed_or_in_an_event(
     canary = BudgetClient(replicas[0].address, token=ADMIN_TOKEN, interceptors=[RequestId()])
     async with canary:
         await canary.get_run("leak")
+    # The replica's log lines are read by a drain thread: wait until the canary's has arrived.
+    await asyncio.to_thread(replicas[0].proc.wait_for_stderr, LOG_CANARY, 30)
     secrets = [minted.secret, rotated.secret]
     sources = {
         "logs": "\n".join(line for r in replicas for line in r.proc.errors + r.proc.lines),

@@ -295,6 +295,7 @@ async def test_a_tenant_over_its_share_of_connections_waits_others_do_not(
         release.set()  # one of a's own ends: the waiting call gets its turn
         assert await patient == 1
         assert await asyncio.gather(*holders) == [1, 1]
+        assert database.tenant_share is not None
         assert database.tenant_share.holding("a") == 0
     finally:
         release.set()

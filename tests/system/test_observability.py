@@ -177,7 +177,9 @@ class Traffic:
 
 def built(servicer: type, method: str) -> bool:
     """Whether the service's servicer overrides the generated UNIMPLEMENTED stub of `method`."""
-    base = servicer.__mro__[1]
+    base = next(
+        c for c in servicer.__mro__ if c.__module__.endswith("_pb2_grpc") and hasattr(c, method)
+    )
     return getattr(servicer, method) is not getattr(base, method)
 
 
