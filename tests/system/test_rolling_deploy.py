@@ -46,19 +46,18 @@ RETRY = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 OLD, NEW = 0, 1
 
 
-def previous_release() -> str:
-    """The newest release with a commit other than this tree's."""
+def earlier_releases() -> list[str]:
+    """Every release with a commit other than this tree's, newest first: each must serve a
+    database beside this tree (a deploy may skip releases, so not only the newest)."""
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
-    cut = [r.commit for r in releases() if r.cut and r.commit != head]
-    assert cut, "CHANGELOG.md records no earlier release"
-    return cut[0]
+    return [r.commit for r in releases() if r.cut and r.commit != head]
 
 
-@pytest.fixture(scope="module")
-def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    commit = previous_release()
+@pytest.fixture(scope="module", params=earlier_releases(), ids=lambda commit: commit[:7])
+def old_tree(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    commit = str(request.param)
     problem = history_problem(commit)
     if problem:
         pytest.skip(problem)
@@ -69,6 +68,10 @@ def old_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(root, filter="data")
     return root
+
+
+def test_every_earlier_release_is_deployed_beside_this_tree() -> None:
+    assert earlier_releases(), "CHANGELOG.md records no earlier release"
 
 
 def old_env(env: dict[str, str], tree: Path) -> dict[str, str]:
