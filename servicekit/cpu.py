@@ -7,6 +7,9 @@ callers had given up (issue 17 item 5). Here every job names its tenant and:
 - a tenant holds at most `tenant_share` jobs (running or waiting); one more is refused with
   RESOURCE_EXHAUSTED `TENANT_BUSY` and a RetryInfo, before anything is queued (a call that
   splits its work into several jobs in a row is admitted once, by its first);
+- a tenant runs at most `tenant_workers` jobs at once (by default every worker but one), so a
+  worker is always free for another tenant's call: one tenant's big writes never make another
+  tenant's small one wait for a job to end (issue 24);
 - the pool is shared by work, not by jobs: each job names its cost (the bytes it works on),
   callers split large work into jobs of bounded cost (so a worker frees often), and a free
   worker takes the waiting job of the tenant with the least work running, ties to the tenant
@@ -63,16 +66,26 @@ def deadline_of(context: grpc.aio.ServicerContext) -> float | None:
     return None if remaining is None else time.monotonic() + remaining
 
 
+def default_tenant_workers(workers: int) -> int:
+    """Every worker but one (one for a pool of one): the last is kept for the other tenants."""
+    return max(1, workers - 1)
+
+
 @dataclass(frozen=True)
 class CpuSettings:
     workers: int
     tenant_share: int
+    tenant_workers: int
 
     @classmethod
     def from_env(cls, env: Env) -> CpuSettings:
+        workers = env.integer("RATION_CPU_WORKERS", min(4, os.cpu_count() or 1), minimum=1)
         return cls(
-            workers=env.integer("RATION_CPU_WORKERS", min(4, os.cpu_count() or 1), minimum=1),
+            workers=workers,
             tenant_share=env.integer("RATION_CPU_TENANT_SHARE", 32, minimum=1),
+            tenant_workers=env.integer(
+                "RATION_CPU_TENANT_WORKERS", default_tenant_workers(workers), minimum=1
+            ),
         )
 
 
@@ -106,9 +119,13 @@ class CpuPool:
         workers: int,
         tenant_share: int,
         clock: Callable[[], float] = time.monotonic,
+        tenant_workers: int | None = None,
     ) -> None:
         self.workers = workers
         self.tenant_share = tenant_share
+        self.tenant_workers = min(
+            workers, default_tenant_workers(workers) if tenant_workers is None else tenant_workers
+        )
         self._clock = clock
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="ration-cpu")
         self._tenants: dict[str, _Tenant] = {}
@@ -118,7 +135,7 @@ class CpuPool:
 
     @classmethod
     def from_settings(cls, settings: CpuSettings) -> CpuPool:
-        return cls(settings.workers, settings.tenant_share)
+        return cls(settings.workers, settings.tenant_share, tenant_workers=settings.tenant_workers)
 
     def held(self, tenant: str) -> int:
         """Jobs of `tenant` running or waiting."""
@@ -179,7 +196,7 @@ class CpuPool:
         return round(min(MAX_RETRY_SECONDS, max(MIN_RETRY_SECONDS, estimate)), 3)
 
     def _next(self) -> _Tenant | None:
-        ready = [t for t in self._tenants.values() if t.waiting]
+        ready = [t for t in self._tenants.values() if t.waiting and t.running < self.tenant_workers]
         return min(ready, key=lambda t: (t.running_cost, t.served), default=None)
 
     def _dispatch(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import threading
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,11 @@ DIMENSION = 384
 MAX_TOKENS = 256
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+# A text is tokenized from its start, this many characters first (then 4x more while its
+# tokens fall short of MAX_TOKENS), never whole: see Embedder.encode.
+PREFIX_CHARS = 4 * MAX_TOKENS
+# Where a prefix may end: ASCII whitespace, a word boundary for BERT's pre-tokenizer too.
+_BREAK = re.compile(r"[ \t\n\r]")
 
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 
@@ -71,9 +76,9 @@ class Embedder:
         self._session = session
         self._tokenizer = tokenizer
         self._inputs = {i.name for i in session.get_inputs()}
-        # onnxruntime sessions are thread-safe, the tokenizer's padding state is not shared,
-        # but one lock keeps a single inference at a time per process (2 cores; predictable).
-        self._lock = threading.Lock()
+        # onnxruntime sessions are thread-safe and each run uses one thread: the CPU pool
+        # (servicekit/cpu.py) decides how many run at once and whose. A lock here made a
+        # tenant's small write wait on a lock that another tenant's jobs won again and again.
 
     @classmethod
     def load(cls, files: EmbedderFiles | None = None) -> Embedder:
@@ -94,16 +99,34 @@ class Embedder:
         )
         return cls(session, tokenizer)
 
+    def encode(self, text: str) -> Any:
+        """The tokens of `text` truncated to MAX_TOKENS, as tokenizing it whole gives them.
+
+        Only a prefix is tokenized: a 15 KB entry tokenized whole cost more CPU than its
+        inference, for tokens truncation then drops, and with the GIL held (the single-text
+        `encode` keeps it; `encode_batch` releases it), so one tenant's big writes stalled every
+        call's event loop (issue 24). BERT normalizes character by character and splits words
+        at whitespace, so the words before a whitespace cut are tokenized as in the whole text:
+        once a prefix gives MAX_TOKENS tokens, they are the whole text's.
+        """
+        cut = PREFIX_CHARS
+        while True:
+            end = _BREAK.search(text, cut) if cut < len(text) else None
+            prefix = text if end is None else text[: end.start()]
+            [encoding] = self._tokenizer.encode_batch([prefix])
+            if prefix is text or len(encoding.ids) >= MAX_TOKENS:
+                return encoding
+            cut *= 4
+
     def embed(self, text: str) -> np.ndarray:
         """One text per inference (no padding), so a vector never depends on its batch."""
-        encoding = self._tokenizer.encode(text)
+        encoding = self.encode(text)
         ids = np.array([encoding.ids], dtype=np.int64)
         mask = np.array([encoding.attention_mask], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask}
         if "token_type_ids" in self._inputs:
             feeds["token_type_ids"] = np.zeros_like(ids)
-        with self._lock:
-            hidden = self._session.run(None, feeds)[0]
+        hidden = self._session.run(None, feeds)[0]
         weights = mask[..., None].astype(np.float32)
         pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
         vector: np.ndarray = pooled[0] / max(float(np.linalg.norm(pooled[0])), 1e-12)

@@ -176,7 +176,10 @@ def test_settings_come_from_the_environment() -> None:
     settings = CpuSettings.from_env(
         Env({"RATION_CPU_WORKERS": "3", "RATION_CPU_TENANT_SHARE": "5"})
     )
-    assert (settings.workers, settings.tenant_share) == (3, 5)
+    assert (settings.workers, settings.tenant_share, settings.tenant_workers) == (3, 5, 2)
+    assert CpuSettings.from_env(Env({"RATION_CPU_WORKERS": "1"})).tenant_workers == 1
+    given = CpuSettings.from_env(Env({"RATION_CPU_WORKERS": "4", "RATION_CPU_TENANT_WORKERS": "4"}))
+    assert given.tenant_workers == 4
     defaults = CpuSettings.from_env(Env({}))
     assert 1 <= defaults.workers <= 4
     assert defaults.tenant_share == 32
@@ -257,5 +260,37 @@ async def test_later_jobs_of_an_admitted_call_are_not_refused_for_the_share() ->
         later = asyncio.create_task(pool.run("a", str, "part 2", admitted=True))
         gate.release.set()
         assert list(await asyncio.gather(first, later)) == ["part 1", "part 2"]
+    finally:
+        pool.close()
+
+
+async def test_a_tenant_leaves_a_worker_free_for_the_others() -> None:
+    """Two workers, tenant a floods: a runs one job at a time (every worker but one), so b's
+    job starts at once on the free worker while a's first job still runs (issue 24)."""
+    pool = CpuPool(workers=2, tenant_share=10)
+    try:
+        first, second, theirs = Gate(), Gate(), Gate()
+        a_first = asyncio.create_task(pool.run("a", first, "a0"))
+        await entered(first)
+        a_second = asyncio.create_task(pool.run("a", second, "a1"))
+        await asyncio.sleep(0)
+        assert not second.ran  # waits though a worker is free: it is kept for other tenants
+        b_job = asyncio.create_task(pool.run("b", theirs, "b0"))
+        await entered(theirs)  # a's first job still holds its worker
+        theirs.release.set()
+        assert await b_job == "b0"
+        first.release.set()
+        await entered(second)  # a's next job takes a's worker once its first ended
+        second.release.set()
+        assert list(await asyncio.gather(a_first, a_second)) == ["a0", "a1"]
+    finally:
+        pool.close()
+
+
+async def test_a_pool_of_one_worker_is_a_tenants_whole() -> None:
+    pool = CpuPool(workers=1, tenant_share=10)
+    try:
+        assert pool.tenant_workers == 1
+        assert await pool.run("a", str, "alone") == "alone"
     finally:
         pool.close()

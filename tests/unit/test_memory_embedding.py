@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import socket
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memory_service.adapters.embedder import (
     DIMENSION,
+    MAX_TOKENS,
     Embedder,
     EmbedderFiles,
     EmbedderUnavailable,
@@ -64,3 +69,50 @@ def test_a_missing_tokenizer_is_refused(tmp_path: Path) -> None:
     files = EmbedderFiles.packaged()
     with pytest.raises(EmbedderUnavailable, match="tokenizer.json"):
         Embedder.load(EmbedderFiles(model=files.model, tokenizer=tmp_path / "tokenizer.json"))
+
+
+@functools.cache
+def _whole_tokenizer() -> Any:
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(EmbedderFiles.packaged().tokenizer))
+    tokenizer.enable_truncation(max_length=MAX_TOKENS)
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def _whole(text: str) -> list[int]:
+    """The tokens of `text` tokenized whole, then truncated: what Embedder.encode must equal."""
+    return list(_whole_tokenizer().encode(text).ids)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "short text",
+        "word " * 5_000,  # far past MAX_TOKENS: a prefix is enough
+        "x" * 15_000,  # no whitespace at all: tokenized whole
+        "a" + " " * 20_000 + "late words after a long gap " * 50,  # the prefix falls short
+        "unbelievably-hyphenated,punctuated;text! " * 400,
+        "naïve café résumé Ångström " * 300,  # accents stripped by the normalizer
+        "日本語のテキスト " * 600,  # CJK characters split one by one
+        "\t\r\n".join(["tabbed", "lines"] * 2_000),
+    ],
+    ids=["short", "long", "unbroken", "gap", "punctuation", "accents", "cjk", "control"],
+)
+def test_a_long_text_is_tokenized_from_its_start_exactly_as_whole(
+    embedder: Embedder, text: str
+) -> None:
+    assert list(embedder.encode(text).ids) == _whole(text)
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(
+        st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from([" ", "\n", "\t"]),
+        max_size=1_200,
+    )
+)
+def test_any_text_is_tokenized_as_whole(words: list[str]) -> None:
+    text = "".join(words)
+    assert list(shared_embedder().encode(text).ids) == _whole(text)
