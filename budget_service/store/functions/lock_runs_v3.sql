@@ -45,11 +45,17 @@ BEGIN
     ELSIF mode <> 'read' THEN
         RAISE EXCEPTION 'unknown lock mode %', mode;
     END IF;
-    -- A run skipped above is busy if it exists; one that does not is simply not found.
-    busy_ids := ARRAY(
-        SELECT w.run_id FROM unnest(CASE WHEN mode = 'skip' THEN run_ids END) AS w(run_id)
-        WHERE NOT w.run_id = ANY(locked) AND EXISTS (
-            SELECT FROM budget.runs u WHERE u.tenant_id = tenant AND u.run_id = w.run_id));
+    -- A run skipped above is busy if it exists; one that does not is simply not found. (Only
+    -- the keys not locked are probed, each by primary key: LIMIT 1 keeps it a probe.)
+    busy_ids := '{}';
+    IF mode = 'skip' AND cardinality(locked) < cardinality(run_ids) THEN
+        busy_ids := ARRAY(
+            SELECT s.run_id FROM unnest(run_ids) AS w(run_id)
+            CROSS JOIN LATERAL (
+                SELECT u.run_id FROM budget.runs u
+                WHERE u.tenant_id = tenant AND u.run_id = w.run_id LIMIT 1) s
+            WHERE NOT w.run_id = ANY(locked));
+    END IF;
     SELECT array_agg(ROW(
                s.run_id, s.project_id, s.workflow_id, s.agent_id, s.state, s.threshold_percent,
                s.on_exhaustion, s.binding, s.model_lists, s.scope_advisory, s.policy_version,
