@@ -14,9 +14,10 @@ import grpc
 import pytest
 
 from ration.budget.v1 import budget_pb2 as pb
+from servicekit.server import ServiceRunner
 from tests.support.budget import READ_TIMEOUT, Budget, new_id
 from tests.support.errors import rpc_error
-from tests.support.servers import StartServer
+from tests.support.servers import StartServer, scrape
 
 # Each call's deadline: on a service whose tenant batch waited for the locked run, the other
 # run's calls would wait on the lock until it ran out.
@@ -29,9 +30,13 @@ WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_ba
 
 
 @pytest.fixture
-async def channel(start_server: StartServer) -> AsyncIterator[grpc.aio.Channel]:
+async def runner(start_server: StartServer) -> ServiceRunner:
     # A statement timeout past the calls' deadlines: the wait ends by deadline or lock release.
-    runner = await start_server("budget", RATION_DB_STATEMENT_TIMEOUT_MS="30000")
+    return await start_server("budget", RATION_DB_STATEMENT_TIMEOUT_MS="30000")
+
+
+@pytest.fixture
+async def channel(runner: ServiceRunner) -> AsyncIterator[grpc.aio.Channel]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
         yield channel
 
@@ -45,7 +50,7 @@ async def reserve(budget: Budget, run_id: str, tokens: int) -> pb.ReserveRespons
 
 
 async def test_a_run_locked_elsewhere_delays_only_its_own_calls(
-    channel: grpc.aio.Channel, db: asyncpg.Connection
+    runner: ServiceRunner, channel: grpc.aio.Channel, db: asyncpg.Connection
 ) -> None:
     budget = Budget(channel)
     await budget.open_run("locked", max_tokens=1000)
@@ -101,6 +106,8 @@ async def test_a_run_locked_elsewhere_delays_only_its_own_calls(
         "SELECT decision, count(*) FROM budget.ledger WHERE run_id = 'locked' GROUP BY 1"
     )
     assert dict(decisions) == {"open": 1, "grant": 1}  # decided once, after the wait
+    metrics = await asyncio.to_thread(scrape, runner.metrics_port)
+    assert "ration_budget_locked_run_waits_total 1.0" in metrics.splitlines()
 
 
 async def test_a_call_on_a_run_locked_past_its_deadline_is_store_busy_and_writes_nothing(
@@ -130,3 +137,47 @@ async def test_a_call_on_a_run_locked_past_its_deadline_is_store_busy_and_writes
     # The same request, sent again once the lock is gone, is decided (nothing was stored).
     granted = await budget.stub.Reserve(request, timeout=CALL_DEADLINE)
     assert granted.reservation.granted.tokens == 1
+
+
+_DECIDE = "SELECT * FROM budget.decide_v3($1, false, $2, NULL, $3::budget.decide_item_v2[])"
+
+
+async def test_a_skipping_batch_leaves_a_locked_runs_items_untouched_for_its_lane(
+    channel: grpc.aio.Channel, db: asyncpg.Connection, database_url: str
+) -> None:
+    """On the engine: in one batch with a free run, a locked run's Reserve and Consume (naming
+    its hold) are answered 'busy' with nothing written for them; sent again waiting, they are
+    decided."""
+    budget = Budget(channel)
+    await budget.open_run("locked", max_tokens=1000)
+    await budget.open_run("free", max_tokens=1000)
+    hold = (await budget.reserve("locked", tokens=50)).reservation.reservation_id
+    tenant = await db.fetchval("SELECT tenant_id FROM budget.runs WHERE run_id = 'locked'")
+    before = await db.fetchrow("SELECT * FROM budget.runs WHERE run_id = 'locked'")
+    items = [
+        ("reserve", new_id(), b"fp", "free", "res-free", "m", 10, 0, 0, 0, False, 60),
+        ("consume", new_id(), b"fp", "locked", hold, "m", 40, 0, 0, 0, False, 0),
+        ("reserve", new_id(), b"fp", "locked", "res-locked", "m", 20, 0, 0, 0, False, 60),
+    ]
+    engine = await asyncpg.connect(database_url)
+    try:
+        async with db.transaction():
+            await db.execute("SELECT 1 FROM budget.runs WHERE run_id = 'locked' FOR UPDATE")
+            skipped = await engine.fetchrow(_DECIDE, tenant, "skip", items)
+        assert skipped["outcomes"] == ["done", "busy", "busy"]
+        for answers in ("responses", "refusals", "tallies"):
+            assert skipped[answers][1:] == [None, None], answers
+        assert await db.fetchrow("SELECT * FROM budget.runs WHERE run_id = 'locked'") == before
+        stored = await db.fetchval(
+            "SELECT count(*) FROM budget.request_log WHERE request_id = ANY($1::text[])",
+            [i[1] for i in items],
+        )
+        assert stored == 1  # the free run's Reserve only
+        waited = await engine.fetchrow(_DECIDE, tenant, "wait", items[1:])
+        assert waited["outcomes"] == ["done", "done"]
+    finally:
+        await engine.close()
+    locked = await db.fetchrow(
+        "SELECT consumed_tokens, held_tokens FROM budget.runs WHERE run_id = 'locked'"
+    )
+    assert tuple(locked) == (40, 20)
