@@ -28,10 +28,10 @@
 --   3. then creates the current window rows of their pools and locks every pool row it may
 --      change in the canonical order (scope workflow < agent < project, scope_id,
 --      window_start), the order every writer uses, so batches of two replicas and the sweeper
---      cannot deadlock. Deadlock-free with 'skip' too: a 'skip' batch never waits for a run,
---      and a 'wait' batch (the per-run lane: one run; decide_v2: runs in order), the sweeper
---      and the lifecycle calls (budget.lock_run_v1: one run) wait for runs only while holding
---      no pool row; pool rows are taken by everyone in one order. No cycle of waits can form;
+--      cannot deadlock. With 'skip' too: a 'skip' batch never waits for a run, and a 'wait'
+--      batch (the per-run lane: one run; decide_v2: runs in order), the sweeper and the
+--      lifecycle calls (budget.lock_run_v1: one run) wait for runs only while holding no pool
+--      row; pool rows are taken by everyone in one order, so no cycle of waits can form;
 --   4. expires every locked run's open holds past expires_at (ledger 'expire' rows carry the
 --      request id of the batch's first item on that run); other runs' overdue holds on a
 --      locked pool stop counting on it but are left for their own runs or the sweeper;
@@ -54,7 +54,8 @@
 --
 -- Each item's answer: outcomes[i] one of done, replay, reused, not_found, refused, invalid,
 -- checked, busy; responses[i] the reply document (store/stored_replies.py) for done and
--- replay, or the Check verdict; refusals[i] the reason and its facts; tallies[i] what metrics count.
+-- replay, or the Check verdict; refusals[i] the reason and its facts; tallies[i] what metrics
+-- count (nothing for busy).
 -- A twin request id committed meanwhile by another replica makes the request-log insert fail
 -- with unique_violation: the caller runs the batch again, which replays it.
 --
@@ -123,13 +124,8 @@ BEGIN
     loaded := budget.lock_runs_v3(tenant, run_ids, p_mode, v_now);
     runs := loaded.runs;
     IF cardinality(loaded.busy_ids) > 0 THEN  -- 'skip': runs locked elsewhere are left alone
-        FOR i IN 1..n LOOP
-            outcomes[i] := CASE WHEN p_items[i].run_id = ANY(loaded.busy_ids) THEN 'busy' END;
-        END LOOP;
-        SELECT coalesce(array_agg(x.r ORDER BY x.o), '{}'),
-               coalesce(array_agg(x.h ORDER BY x.o), '{}')
-        INTO named_runs, named_ids FROM unnest(named_runs, named_ids) WITH ORDINALITY x(r, h, o)
-        WHERE NOT x.r = ANY(loaded.busy_ids);
+        SELECT * INTO outcomes, named_runs, named_ids FROM budget.busy_items_v1(
+            p_items, loaded.busy_ids, outcomes, named_runs, named_ids);
     END IF;
     IF NOT read_only THEN
         SELECT * INTO outcomes, responses
