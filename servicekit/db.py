@@ -333,6 +333,22 @@ class Database:
                 raise store_unavailable() from exc
         raise AssertionError("unreachable")
 
+    async def tenant_statement(
+        self,
+        tenant: str,
+        work: Callable[[asyncpg.Connection], Awaitable[T]],
+        *,
+        attempts: int = 3,
+        retry_on: tuple[type[BaseException], ...] = (),
+    ) -> T:
+        """`statement`, holding one of the tenant's share of the pool's connections (when a
+        share is set): for statements of a tenant that may wait long on a lock, so that many
+        of them cannot take the connections other tenants need."""
+        if self.tenant_share is None:
+            return await self.statement(work, attempts=attempts, retry_on=retry_on)
+        async with self.tenant_share.held(tenant, self._wait_seconds):
+            return await self.statement(work, attempts=attempts, retry_on=retry_on)
+
     async def tenant_transaction(
         self,
         tenant: str,

@@ -88,7 +88,7 @@ _DIMENSIONS = tuple(Dimension)
 def decision_tally(
     facts: Mapping[str, Any], tenant: str, model: str, amounts: Mapping[Dimension, int]
 ) -> Tally:
-    """What one committed decision of budget.decide_v2 counts, from the facts it returned
+    """What one committed decision of budget.decide_v3 counts, from the facts it returned
     (`amounts` is the call's estimate or usage)."""
     tally = Tally()
     expired = int(facts.get("expired", 0))
@@ -183,14 +183,20 @@ class BudgetMetrics:
         sizes = (1, 2, 4, 8, 16, 32, 64, 128)
         self.batch_size = Histogram(
             "ration_budget_decide_batch_size",
-            "Reserve/Consume/Release requests per budget.decide_v2 statement (group commit).",
+            "Reserve/Consume/Release requests per budget.decide_v3 statement (group commit).",
             buckets=sizes,
             registry=registry,
         )
         self.check_batch_size = Histogram(
             "ration_budget_check_batch_size",
-            "Check requests per read-only budget.decide_v2 statement.",
+            "Check requests per read-only budget.decide_v3 statement.",
             buckets=sizes,
+            registry=registry,
+        )
+        self.locked_run_waits = Counter(
+            "ration_budget_locked_run_waits",
+            "Reserve/Consume/Release requests whose run was locked elsewhere when their tenant's"
+            " batch came to it, sent again to wait for that run's lock alone.",
             registry=registry,
         )
         # Each series' child by (metric, exposed labels), so counting costs no label lookup.

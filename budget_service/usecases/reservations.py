@@ -1,7 +1,7 @@
 """Budget use cases of the per-call protocol: Reserve, Consume, Release and Check.
 
-The ledger decides (DESIGN 3.3): every rule runs in the database, in `budget.decide_v2`
-(store/functions/decide_v2.sql and the engine it calls); this module turns a call into a
+The ledger decides (DESIGN 3.3): every rule runs in the database, in `budget.decide_v3`
+(store/functions/decide_v3.sql and the engine it calls); this module turns a call into a
 batch item, hands it to the process's group-commit batcher (servicekit/batching.py, one queue
 per tenant), and turns the answer back into the call's result or error and its metrics.
 Nothing here judges a call.
@@ -9,6 +9,15 @@ Nothing here judges a call.
 Reserve, Consume and Release of a tenant that arrive while its previous batches are at the
 database go together as one statement and one transaction; each caller is answered after
 that COMMIT. Concurrent Checks of a tenant share one read-only statement the same way.
+
+A run locked elsewhere (a long transaction, an operator's SELECT ... FOR UPDATE, another
+replica's slow batch) delays only its own calls (DESIGN 5, issue 24): the tenant's batch skips
+it, and its items come back BUSY, undecided. Each is sent again to a lane of its own run (a
+group commit keyed by tenant and run) whose statement waits for that run's lock, within the
+call's deadline and the statement timeout, while the tenant's batches go on with its other
+runs. Only the lane's connection waits; with a per-tenant share of the pool set
+(RATION_DB_TENANT_SHARE) the lanes of a tenant hold no more than it, so many locked runs of
+one tenant cannot take the connections other tenants need.
 """
 
 from __future__ import annotations
@@ -59,6 +68,15 @@ class Reservations:
             observe=tx.metrics.batch_size.observe,
             default_wait=tx.settings.database.acquire_timeout_seconds,
         )
+        # The lanes of runs locked elsewhere: one batch per run at the database, waiting.
+        self._locked_runs: GroupCommit[tuple[str, str], decisions.Item, decisions.Answer] = (
+            GroupCommit(
+                self._decide_waiting,
+                max_batch=batch.max_items,
+                inflight=1,
+                default_wait=tx.settings.database.acquire_timeout_seconds,
+            )
+        )
         self._checks: GroupCommit[str, decisions.Item, decisions.Answer] = GroupCommit(
             self._check,
             max_batch=batch.max_items,
@@ -69,6 +87,12 @@ class Reservations:
 
     async def _decide(self, tenant: str, items: Sequence[decisions.Item]) -> list[decisions.Answer]:
         return await decisions.decide(self._tx.db, tenant, items, self._tx.host_advisory)
+
+    async def _decide_waiting(
+        self, lane: tuple[str, str], items: Sequence[decisions.Item]
+    ) -> list[decisions.Answer]:
+        tenant, _ = lane
+        return await decisions.decide(self._tx.db, tenant, items, self._tx.host_advisory, wait=True)
 
     async def _check(self, tenant: str, items: Sequence[decisions.Item]) -> list[decisions.Answer]:
         return await decisions.check(self._tx.db, tenant, items, self._tx.host_advisory)
@@ -95,6 +119,9 @@ class Reservations:
             item.ttl_seconds,
         )
         answer = await self._mutations.submit(tenant, item)
+        if answer.outcome == decisions.BUSY:  # its run is locked elsewhere: wait in its lane
+            self._tx.metrics.locked_run_waits.inc()
+            answer = await self._locked_runs.submit((tenant, item.run_id), item)
         if answer.tally is not None:
             self._tx.metrics.apply(decision_tally(answer.tally, tenant, item.model, amounts))
         if answer.outcome in (decisions.DONE, decisions.REPLAY):

@@ -58,6 +58,7 @@ def test_migrate_distribute_puts_every_tenant_table_on_one_colocated_shard_set(
     )
     assert any("delegated budget.decide_v1(" in line for line in stack.migrate_output)
     assert any("delegated budget.decide_v2(" in line for line in stack.migrate_output)
+    assert any("delegated budget.decide_v3(" in line for line in stack.migrate_output)
     name, app = stack.database.name, stack.database.app
     for setting in (
         "citus.propagate_set_commands = 'local'",
@@ -102,9 +103,9 @@ def test_migrate_distribute_puts_every_tenant_table_on_one_colocated_shard_set(
         )
     )
     names = {d["f"].split("(")[0] for d in delegated}
-    assert {"budget.decide_v1", "budget.decide_v2"} <= names
+    assert {"budget.decide_v1", "budget.decide_v2", "budget.decide_v3"} <= names
     # The engine and its steps run inside the delegated call, on the tenant's worker.
-    assert "budget.decide_batch_v2" not in names
+    assert not {"budget.decide_batch_v2", "budget.decide_batch_v3"} & names
     assert all(d["force_delegation"] for d in delegated)
 
 
