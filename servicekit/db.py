@@ -182,6 +182,10 @@ class Database:
         self._slots = asyncio.Semaphore(settings.pool_max)
         # Unset (the default): no per-tenant cap, so a tenant waits only for the pool itself.
         self.tenant_share = TenantShare(settings.tenant_share) if settings.tenant_share else None
+        # Statements that may wait long on a lock (a run locked elsewhere) hold at most this
+        # many connections per tenant even with no share set, so one tenant's locked runs
+        # cannot take the pool: a quarter of it, at least one.
+        self.waiting_share = self.tenant_share or TenantShare(max(1, settings.pool_max // 4))
 
     @property
     def ready(self) -> bool:
@@ -341,12 +345,12 @@ class Database:
         attempts: int = 3,
         retry_on: tuple[type[BaseException], ...] = (),
     ) -> T:
-        """`statement`, holding one of the tenant's share of the pool's connections (when a
-        share is set): for statements of a tenant that may wait long on a lock, so that many
-        of them cannot take the connections other tenants need."""
-        if self.tenant_share is None:
-            return await self.statement(work, attempts=attempts, retry_on=retry_on)
-        async with self.tenant_share.held(tenant, self._wait_seconds):
+        """`statement`, holding one of the tenant's share of the pool's connections (the
+        configured share, else `waiting_share`'s quarter of the pool): for statements of a
+        tenant that may wait long on a lock, so that many of them cannot take the connections
+        other tenants need. Past the share the statement waits within its deadline for one of
+        the tenant's own, then TENANT_BUSY."""
+        async with self.waiting_share.held(tenant, self._wait_seconds):
             return await self.statement(work, attempts=attempts, retry_on=retry_on)
 
     async def tenant_transaction(

@@ -181,3 +181,38 @@ async def test_a_skipping_batch_leaves_a_locked_runs_items_untouched_for_its_lan
         "SELECT consumed_tokens, held_tokens FROM budget.runs WHERE run_id = 'locked'"
     )
     assert tuple(locked) == (40, 20)
+
+
+async def test_a_tenants_locked_runs_hold_at_most_a_quarter_of_the_pool(
+    start_server: StartServer, db: asyncpg.Connection
+) -> None:
+    """Four locked runs of one tenant, a pool of 8: their lanes wait on at most 2 connections
+    (a quarter of the pool, with no RATION_DB_TENANT_SHARE set), the others wait for one of
+    the tenant's own, and the tenant's free run still flows; all are decided once the locks go."""
+    runner = await start_server(
+        "budget", RATION_DB_POOL_MAX="8", RATION_DB_STATEMENT_TIMEOUT_MS="30000"
+    )
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+        budget = Budget(channel)
+        locked = [f"locked-{n}" for n in range(4)]
+        for run_id in [*locked, "free"]:
+            await budget.open_run(run_id, max_tokens=1000)
+        outside = db.transaction()
+        await outside.start()
+        try:
+            await db.execute(
+                "SELECT 1 FROM budget.runs WHERE run_id = ANY($1::text[]) FOR UPDATE", locked
+            )
+            waiting = [asyncio.ensure_future(reserve(budget, r, 100)) for r in locked]
+            bound = time.monotonic() + READ_TIMEOUT
+            while await db.fetchval(_WAITING) < 2:
+                assert time.monotonic() < bound, "the lanes never reached their locks"
+                await asyncio.sleep(0.01)
+            granted = await reserve(budget, "free", 10)  # the free run flows meanwhile
+            assert granted.reservation.granted.tokens == 10
+            assert await db.fetchval(_WAITING) == 2  # the other lanes wait for the share
+            assert not any(w.done() for w in waiting)
+        finally:
+            await outside.rollback()
+        held = await asyncio.wait_for(asyncio.gather(*waiting), READ_TIMEOUT)
+        assert [h.reservation.granted.tokens for h in held] == [100] * 4
