@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -9,6 +10,10 @@ import pytest
 from ration_client import BudgetClient
 from tests.support.fake_llm import FakeLLM
 from tests.support.servers import StartServer
+
+# LiteLLM fetches its price map from the internet at import unless told to use the copy it
+# ships; here (no internet) each import paid three failed attempts.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 @pytest.fixture
