@@ -83,6 +83,19 @@ INSERT INTO budget.pool_balances (tenant_id, scope, scope_id, window_start)
 SELECT $1, 'project', 'old-' || g, '2020-01-01'::timestamptz
 FROM generate_series(0, $2::integer - 1) g"""
 
+# A backlog of overdue holds on no pool (the sweeps fell behind), of another tenant and of
+# the big one's other runs: no lookup may walk them, neither the upkeep index of every
+# tenant's overdue holds (migration 0018) nor the tenant's own by expiry (0020).
+BACKLOG, BACKLOG_HOLDS, BIG_BACKLOG = "plans-backlog", 2_000, 500
+_BACKLOG = """
+INSERT INTO budget.holds (tenant_id, run_id, reservation_id, model, requested_tokens,
+    requested_cost_nanos, requested_tool_calls, requested_retries, granted_tokens,
+    granted_cost_nanos, granted_tool_calls, granted_retries, pool_scopes, pool_scope_ids,
+    pool_windows, state, policy_version, created_at, expires_at)
+SELECT $1, 'run-' || (g % 100), 'overdue-' || g, 'm', 1, 0, 0, 0, 1, 0, 0, 0, '{}', '{}', '{}',
+    'open', 1, now() - interval '1 hour', now() - interval '10 minutes'
+FROM generate_series(0, $2::integer - 1) g"""
+
 # Many small tenants (5 runs and 20 settled holds each), as a shared deployment has.
 SMALL_TENANTS = 2_000
 _SMALL_TENANTS = """
@@ -265,6 +278,8 @@ async def test_a_batch_reads_no_more_pages_on_a_big_tenant_than_on_a_fresh_one(
         await owner.execute(_RUNS, BIG, RUNS - len(HOT), len(HOT))
         await owner.execute(_HOLDS, BIG, HOLDS - OPEN_HOLDS, RUNS)
         await owner.execute(_OPEN_HOLDS, BIG, OPEN_HOLDS, RUNS, OVERDUE)
+        await owner.execute(_BACKLOG, BACKLOG, BACKLOG_HOLDS)
+        await owner.execute(_BACKLOG, BIG, BIG_BACKLOG)
         await owner.execute(_REPLIES, BIG, REPLIES)
         await owner.execute(_WINDOWS, BIG, OLD_WINDOWS)
         await compare(app, 10, "not analyzed")

@@ -6,9 +6,9 @@
 -- never ends twice: if another transaction ended it, the batch fails as a serialization
 -- failure and is run again. The guard is ended_at IS NULL, not state = 'open' (the same rows,
 -- CHECK of migration 0002): under state = 'open' the partial indexes of open holds qualify,
--- and a plan made on empty tables probed holds_open_by_expiry by tenant alone, walking every
--- open hold of the tenant on each Consume and Release (issue 23); only the primary key fits
--- this guard. Inserts are set-based from the batch's arrays (no table read).
+-- and a plan made on empty tables probed the tenant's open holds by expiry with the tenant
+-- alone, walking all of them on each Consume and Release (issue 23); only the primary key
+-- fits this guard (the upkeep index needs both, migration 0020). Inserts are set-based from the batch's arrays (no table read).
 -- WatchRunEvents (store/watchers.py): registering waits for the run's lock, held here.
 CREATE OR REPLACE FUNCTION budget.write_records_v2(
     tenant text, runs budget.engine_run_v2[], pools budget.engine_pool_v2[],
