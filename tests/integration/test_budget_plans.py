@@ -2,19 +2,22 @@
 with 100k runs, 1M holds and a long request log reads as few pages as on a fresh tenant.
 
 The statements measured are the engine's own, run by decide_v2 and decide_v1 (reserve,
-consume, release) and by a read-only Check batch: `auto_explain` (log_nested_statements) logs
-the plan of every statement inside the engine, which must probe by key (no sequential scan, no
-`= ANY` key list applied as a filter over the tenant, no hash or merge join over runs, holds,
-replies or pool rows, no rows read and thrown away); and `EXPLAIN (ANALYZE, BUFFERS)` of each
-call counts every page its nested statements touch, which must not grow with the tenant. As
-the application role (row-level security on), under `plan_cache_mode = force_generic_plan`
-(the plans the engine keeps), with plans made on empty tables and kept while the tenant grows,
-and after ANALYZE with the big tenant among 2,000 small ones (a generic plan is costed for
-the average tenant). On fa194cd the runs lock filtered the tenant's runs by `= ANY`.
+consume, release) and by a read-only Check batch, and the reads of GetRun and GetScopeBudget
+(store/reads.py): `auto_explain` (log_nested_statements) logs the plan of every statement
+inside the engine, which must probe by key (no sequential scan, no `= ANY` key list applied
+as a filter over the tenant, no hash or merge join over runs, holds, replies or pool rows, no
+rows read and thrown away); and `EXPLAIN (ANALYZE, BUFFERS)` of each call counts every page
+its nested statements touch, which must not grow with the tenant. As the application role
+(row-level security on), under `plan_cache_mode = force_generic_plan` (the plans the engine
+keeps), with plans made on empty tables and kept while the tenant grows, and after ANALYZE
+with the big tenant among 2,000 small ones (a generic plan is costed for the average tenant).
+On fa194cd the runs lock filtered the tenant's runs by `= ANY`.
 
 One in ten of the big tenant's holds is open (due in a day, a few overdue), held on the pool
-the hot runs draw on: on dd45b49 ending a hold (Consume, Release) probed the tenant's open
-holds by expiry under a plan made on empty tables and threw 100,005 of them away per call.
+the hot runs draw on, beside a backlog of overdue holds on no pool (its own and another
+tenant's). On dd45b49 ending a hold (Consume, Release) probed the tenant's open holds by
+expiry and threw 100,505 of them away per call; the runs lock's overdue check and the pool
+sums walked every tenant's overdue holds; the reads walked the tenant's overdue holds.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
+
+from budget_service.store import reads as store_reads
 
 BIG, FRESH = "plans-big", "plans-fresh"
 RUNS, HOLDS, REPLIES, OLD_WINDOWS = 100_000, 1_000_000, 200_000, 20_000
@@ -218,12 +223,30 @@ def v1_args(items: Sequence[Item]) -> list[list[Any]]:
     return [list(column) for column in zip(*items, strict=True)]
 
 
+# The reads of GetRun (and OpenRun's reply) and GetScopeBudget, prepared once per session as
+# a server keeps them (generic plans under force_generic_plan), run in the tenant they read.
+READS = {
+    "get_run": (store_reads._READ_RUN, f"'{HOT[0]}'"),
+    "get_scope_budget": (store_reads._GET_SCOPE_BUDGET, "'project', 'proj', 'pooled'"),
+}
+
+
+async def prepare_reads(conn: asyncpg.Connection) -> None:
+    for name, (sql, _) in READS.items():
+        await conn.execute(f"PREPARE {name} AS {sql}")
+
+
 async def measure(conn: asyncpg.Connection, tenant: str, round_no: int) -> dict[str, int]:
-    """Pages of one decide_v2 batch, one decide_v1 batch and one read-only Check batch."""
+    """Pages of one decide_v2 batch, one decide_v1 batch, one read-only Check batch and each
+    of the reads."""
     v2 = await explain(conn, _V2, tenant, False, batch(tenant, round_no))
     v1 = await explain(conn, _V1, tenant, False, *v1_args(batch(tenant, round_no + 1)))
     check = await explain(conn, _V2, tenant, True, checks())
-    return {"decide_v2": v2, "decide_v1": v1, "check": check}
+    found = {"decide_v2": v2, "decide_v1": v1, "check": check}
+    await conn.execute("SELECT set_config('ration.tenant_id', $1, false)", tenant)
+    for name, (_, args) in READS.items():
+        found[name] = await explain(conn, f"EXECUTE {name}('{tenant}', {args})")
+    return found
 
 
 async def compare(conn: asyncpg.Connection, first_round: int, when: str) -> None:
@@ -272,6 +295,7 @@ async def test_a_batch_reads_no_more_pages_on_a_big_tenant_than_on_a_fresh_one(
             await owner.execute(_SCOPE, tenant)
             await owner.execute(_RUNS, tenant, runs, 0)
         await app.execute("SET plan_cache_mode = force_generic_plan")
+        await prepare_reads(app)
         # A fresh deployment: the engine's plans are made while the tables are nearly empty
         # and kept (nothing invalidates them) while the big tenant grows, never analyzed.
         await compare(app, 0, "planned on empty tables")
