@@ -35,6 +35,8 @@ _CURRENT_WINDOW = (
 
 # A scope budget with its newest balance row and what overdue holds still hold on that row.
 # Holds past expires_at no longer count even before they are marked (database clock).
+# `cardinality(h.pool_scopes) > 0` fits index holds_pooled_by_expiry (migration 0020): the
+# tenant's overdue holds on pools are read, never its open holds in flight.
 _POOL_VIEW = f"""
 SELECT s.*, b.window_start AS balance_window, {_CURRENT_WINDOW},
     {", ".join(f"b.consumed_{x} AS balance_consumed_{x}" for x in rows.SUFFIXES)},
@@ -51,7 +53,8 @@ LEFT JOIN LATERAL (
     SELECT {_GRANTED_SUMS}
     FROM budget.holds h,
          unnest(h.pool_scopes, h.pool_scope_ids, h.pool_windows) AS k(scope, scope_id, window_start)
-    WHERE h.tenant_id = $1 AND h.state = 'open' AND h.expires_at <= now()
+    WHERE h.tenant_id = $1 AND h.state = 'open' AND cardinality(h.pool_scopes) > 0
+      AND h.expires_at <= now()
       AND k.scope = s.scope AND k.scope_id = s.scope_id AND k.window_start = b.window_start
 ) o ON true"""
 

@@ -2,15 +2,22 @@
 with 100k runs, 1M holds and a long request log reads as few pages as on a fresh tenant.
 
 The statements measured are the engine's own, run by decide_v2 and decide_v1 (reserve,
-consume, release) and by a read-only Check batch: `auto_explain` (log_nested_statements) logs
-the plan of every statement inside the engine, which must probe by key (no sequential scan, no
-`= ANY` key list applied as a filter over the tenant, no hash or merge join over runs, holds,
-replies or pool rows, no rows read and thrown away); and `EXPLAIN (ANALYZE, BUFFERS)` of each
-call counts every page its nested statements touch, which must not grow with the tenant. As
-the application role (row-level security on), under `plan_cache_mode = force_generic_plan`
-(the plans the engine keeps), with plans made on empty tables and kept while the tenant grows,
-and after ANALYZE with the big tenant among 2,000 small ones (a generic plan is costed for
-the average tenant). On fa194cd the runs lock filtered the tenant's runs by `= ANY`.
+consume, release) and by a read-only Check batch, and the reads of GetRun and GetScopeBudget
+(store/reads.py): `auto_explain` (log_nested_statements) logs the plan of every statement
+inside the engine, which must probe by key (no sequential scan, no `= ANY` key list applied
+as a filter over the tenant, no hash or merge join over runs, holds, replies or pool rows, no
+rows read and thrown away); and `EXPLAIN (ANALYZE, BUFFERS)` of each call counts every page
+its nested statements touch, which must not grow with the tenant. As the application role
+(row-level security on), under `plan_cache_mode = force_generic_plan` (the plans the engine
+keeps), with plans made on empty tables and kept while the tenant grows, and after ANALYZE
+with the big tenant among 2,000 small ones (a generic plan is costed for the average tenant).
+On fa194cd the runs lock filtered the tenant's runs by `= ANY`.
+
+One in ten of the big tenant's holds is open (due in a day, a few overdue), held on the pool
+the hot runs draw on, beside a backlog of overdue holds on no pool (its own and another
+tenant's). On dd45b49 ending a hold (Consume, Release) probed the tenant's open holds by
+expiry and threw 100,505 of them away per call; the runs lock's overdue check and the pool
+sums walked every tenant's overdue holds; the reads walked the tenant's overdue holds.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import asyncpg
+
+from budget_service.store import reads as store_reads
 
 BIG, FRESH = "plans-big", "plans-fresh"
 RUNS, HOLDS, REPLIES, OLD_WINDOWS = 100_000, 1_000_000, 200_000, 20_000
@@ -49,12 +58,47 @@ SELECT $1, 'run-' || lpad((g % $3::integer)::text, 6, '0'), 'old-' || g, 'm',
     1, 0, 0, 0, 1, 0, 0, 0, '{}', '{}', '{}', 'consumed', 1, now() - interval '1 hour',
     now() - interval '50 minutes', now() - interval '55 minutes'
 FROM generate_series(0, $2::integer - 1) g"""
+# Open holds (what a busy tenant has in flight), one in ten of its holds, on other runs than
+# the hot ones: due in a day (or, $4 of them, overdue a minute), held on the project pool's
+# current window, as a Reserve of a run drawing on that pool leaves them. The pool row's held
+# includes them, as the engine keeps it.
+OPEN_HOLDS, OVERDUE = HOLDS // 10, 5
+_OPEN_HOLDS = """
+WITH window_start AS (SELECT budget.window_start_v1('day', now()) AS w),
+added AS (
+    INSERT INTO budget.holds (tenant_id, run_id, reservation_id, model, requested_tokens,
+        requested_cost_nanos, requested_tool_calls, requested_retries, granted_tokens,
+        granted_cost_nanos, granted_tool_calls, granted_retries, pool_scopes, pool_scope_ids,
+        pool_windows, state, policy_version, created_at, expires_at)
+    SELECT $1, 'run-' || lpad((10 + g % ($3::integer - 10))::text, 6, '0'), 'open-' || g, 'm',
+        1, 0, 0, 0, 1, 0, 0, 0, '{project}', '{proj}', ARRAY[w.w], 'open', 1, now(),
+        now() + CASE WHEN g < $4::integer THEN interval '-1 minute' ELSE interval '1 day' END
+    FROM window_start w, generate_series(0, $2::integer - 1) g
+    RETURNING granted_tokens)
+UPDATE budget.pool_balances p SET held_tokens = p.held_tokens + (SELECT sum(granted_tokens)
+    FROM added)
+FROM window_start w
+WHERE p.tenant_id = $1 AND p.scope = 'project' AND p.scope_id = 'proj'
+  AND p.window_start = w.w"""
 _REPLIES = """
 INSERT INTO budget.request_log (tenant_id, request_id, fingerprint, response)
 SELECT $1, 'old-req-' || g, '\\x00', '\\x00' FROM generate_series(0, $2::integer - 1) g"""
 _WINDOWS = """
 INSERT INTO budget.pool_balances (tenant_id, scope, scope_id, window_start)
 SELECT $1, 'project', 'old-' || g, '2020-01-01'::timestamptz
+FROM generate_series(0, $2::integer - 1) g"""
+
+# A backlog of overdue holds on no pool (the sweeps fell behind), of another tenant and of
+# the big one's other runs: no lookup may walk them, neither the upkeep index of every
+# tenant's overdue holds (migration 0018) nor the tenant's own by expiry (0020).
+BACKLOG, BACKLOG_HOLDS, BIG_BACKLOG = "plans-backlog", 2_000, 500
+_BACKLOG = """
+INSERT INTO budget.holds (tenant_id, run_id, reservation_id, model, requested_tokens,
+    requested_cost_nanos, requested_tool_calls, requested_retries, granted_tokens,
+    granted_cost_nanos, granted_tool_calls, granted_retries, pool_scopes, pool_scope_ids,
+    pool_windows, state, policy_version, created_at, expires_at)
+SELECT $1, 'run-' || (g % 100), 'overdue-' || g, 'm', 1, 0, 0, 0, 1, 0, 0, 0, '{}', '{}', '{}',
+    'open', 1, now() - interval '1 hour', now() - interval '10 minutes'
 FROM generate_series(0, $2::integer - 1) g"""
 
 # Many small tenants (5 runs and 20 settled holds each), as a shared deployment has.
@@ -179,12 +223,30 @@ def v1_args(items: Sequence[Item]) -> list[list[Any]]:
     return [list(column) for column in zip(*items, strict=True)]
 
 
+# The reads of GetRun (and OpenRun's reply) and GetScopeBudget, prepared once per session as
+# a server keeps them (generic plans under force_generic_plan), run in the tenant they read.
+READS = {
+    "get_run": (store_reads._READ_RUN, f"'{HOT[0]}'"),
+    "get_scope_budget": (store_reads._GET_SCOPE_BUDGET, "'project', 'proj', 'pooled'"),
+}
+
+
+async def prepare_reads(conn: asyncpg.Connection) -> None:
+    for name, (sql, _) in READS.items():
+        await conn.execute(f"PREPARE {name} AS {sql}")
+
+
 async def measure(conn: asyncpg.Connection, tenant: str, round_no: int) -> dict[str, int]:
-    """Pages of one decide_v2 batch, one decide_v1 batch and one read-only Check batch."""
+    """Pages of one decide_v2 batch, one decide_v1 batch, one read-only Check batch and each
+    of the reads."""
     v2 = await explain(conn, _V2, tenant, False, batch(tenant, round_no))
     v1 = await explain(conn, _V1, tenant, False, *v1_args(batch(tenant, round_no + 1)))
     check = await explain(conn, _V2, tenant, True, checks())
-    return {"decide_v2": v2, "decide_v1": v1, "check": check}
+    found = {"decide_v2": v2, "decide_v1": v1, "check": check}
+    await conn.execute("SELECT set_config('ration.tenant_id', $1, false)", tenant)
+    for name, (_, args) in READS.items():
+        found[name] = await explain(conn, f"EXECUTE {name}('{tenant}', {args})")
+    return found
 
 
 async def compare(conn: asyncpg.Connection, first_round: int, when: str) -> None:
@@ -233,11 +295,15 @@ async def test_a_batch_reads_no_more_pages_on_a_big_tenant_than_on_a_fresh_one(
             await owner.execute(_SCOPE, tenant)
             await owner.execute(_RUNS, tenant, runs, 0)
         await app.execute("SET plan_cache_mode = force_generic_plan")
+        await prepare_reads(app)
         # A fresh deployment: the engine's plans are made while the tables are nearly empty
         # and kept (nothing invalidates them) while the big tenant grows, never analyzed.
         await compare(app, 0, "planned on empty tables")
         await owner.execute(_RUNS, BIG, RUNS - len(HOT), len(HOT))
-        await owner.execute(_HOLDS, BIG, HOLDS, RUNS)
+        await owner.execute(_HOLDS, BIG, HOLDS - OPEN_HOLDS, RUNS)
+        await owner.execute(_OPEN_HOLDS, BIG, OPEN_HOLDS, RUNS, OVERDUE)
+        await owner.execute(_BACKLOG, BACKLOG, BACKLOG_HOLDS)
+        await owner.execute(_BACKLOG, BIG, BIG_BACKLOG)
         await owner.execute(_REPLIES, BIG, REPLIES)
         await owner.execute(_WINDOWS, BIG, OLD_WINDOWS)
         await compare(app, 10, "not analyzed")

@@ -14,7 +14,7 @@ from servicekit.db import Database
 from servicekit.settings import Env
 
 # Indexes of the owner's cross-tenant upkeep only (never read by a tenant's call), by design.
-UPKEEP_INDEXES = {"holds_overdue_for_upkeep": "expires_at"}
+UPKEEP_INDEXES = {"holds_upkeep_by_expiry": "expires_at"}
 
 
 async def test_tenant_id_leads_every_primary_key_and_index(db: asyncpg.Connection) -> None:

@@ -4,8 +4,10 @@
 --
 -- Rows are probed by their keys, never scanned. A pool's held still includes other runs'
 -- holds past expiry (their own runs or the sweeper end them); those stop counting at once
--- (DESIGN 3.3), so `other` sums them per row, from the tenant's open holds past expiry (the
--- deciding runs expire their own in this batch).
+-- (DESIGN 3.3), so `other` sums them per row, from the tenant's open holds on pools past
+-- expiry (the deciding runs expire their own in this batch). `cardinality(pool_scopes) > 0`
+-- is what fits index holds_pooled_by_expiry (migration 0020) and no other: the walk reads the
+-- tenant's overdue holds on pools (the sweeper ends them), never its open holds in flight.
 CREATE OR REPLACE FUNCTION budget.lock_pool_rows_v2(
     tenant text, INOUT pools budget.engine_pool_v2[], read_only boolean, deciding text[],
     now timestamptz)
@@ -57,7 +59,8 @@ BEGIN
         FROM budget.holds o
         CROSS JOIN LATERAL unnest(o.pool_scopes, o.pool_scope_ids, o.pool_windows)
              AS k(scope, scope_id, window_start)
-        WHERE o.tenant_id = tenant AND o.state = 'open' AND o.expires_at <= now
+        WHERE o.tenant_id = tenant AND o.state = 'open' AND cardinality(o.pool_scopes) > 0
+          AND o.expires_at <= now
           AND NOT o.run_id = ANY(deciding)  -- those expire their own in this batch
           AND (k.scope, k.scope_id, k.window_start) IN (
               SELECT p.scope, p.scope_id, p.window_start FROM unnest(pools) p)

@@ -12,7 +12,10 @@ RETURNS TABLE (tenant_id text, run_id text)
 LANGUAGE plpgsql SECURITY DEFINER
 -- No sequential scan, whatever the statistics: under row-level security the policies' OR is a
 -- filter the planner cannot cost, and it then reads every open hold of every tenant, on every
--- replica, every sweep, when walking holds_overdue_for_upkeep reads only the overdue ones.
+-- replica, every sweep, when walking holds_upkeep_by_expiry reads only the overdue ones.
+-- That index is partial on state = 'open' AND ended_at IS NULL (one condition twice, by the
+-- table's CHECK), which only this search states, so a tenant's own lookups never walk it
+-- (migration 0020).
 SET search_path = pg_catalog, pg_temp SET enable_seqscan = off AS $$
 BEGIN
     SET LOCAL ration.upkeep = 'on';
@@ -20,7 +23,7 @@ BEGIN
     RETURN QUERY
         SELECT DISTINCT o.tenant_id, o.run_id FROM (
             SELECT h.tenant_id, h.run_id FROM budget.holds h
-            WHERE h.state = 'open' AND h.expires_at <= now()
+            WHERE h.state = 'open' AND h.ended_at IS NULL AND h.expires_at <= now()
             ORDER BY h.expires_at LIMIT p_limit) o;
 END;
 $$;

@@ -4,7 +4,9 @@
 --
 -- Every tenant's pooled budgets with the newest balance row and what overdue holds still hold
 -- on it (model calls too), one JSON document per pool (budget_service/store/reads.py reads
--- the same columns as for a run's pools), for the remaining-budget gauges.
+-- the same columns as for a run's pools), for the remaining-budget gauges. The overdue
+-- holds are found by index holds_pooled_by_expiry (its condition stated: migration 0020),
+-- so each pool reads its tenant's overdue holds on pools, not every open hold.
 CREATE OR REPLACE FUNCTION budget.pool_gauges() RETURNS SETOF json
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -42,7 +44,8 @@ BEGIN
                 FROM budget.holds h,
                      unnest(h.pool_scopes, h.pool_scope_ids, h.pool_windows)
                          AS k(scope, scope_id, window_start)
-                WHERE h.tenant_id = s.tenant_id AND h.state = 'open' AND h.expires_at <= now()
+                WHERE h.tenant_id = s.tenant_id AND h.state = 'open'
+                  AND cardinality(h.pool_scopes) > 0 AND h.expires_at <= now()
                   AND k.scope = s.scope AND k.scope_id = s.scope_id
                   AND k.window_start = b.window_start) o ON true
             WHERE s.kind = 'pooled') v;

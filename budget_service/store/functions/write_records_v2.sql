@@ -2,9 +2,13 @@
 -- ledger rows (in decision order), run and pool events, the request log rows of the done
 -- items; then a notification for each watched run with new events.
 --
--- Each ended hold is one UPDATE guarded by state = 'open' (a primary-key lookup), so a hold
+-- Each ended hold is one UPDATE guarded by ended_at IS NULL (a primary-key lookup), so a hold
 -- never ends twice: if another transaction ended it, the batch fails as a serialization
--- failure and is run again. Inserts are set-based from the batch's arrays (no table read).
+-- failure and is run again. The guard is ended_at IS NULL, not state = 'open' (the same rows,
+-- CHECK of migration 0002): under state = 'open' the partial indexes of open holds qualify,
+-- and a plan made on empty tables probed the tenant's open holds by expiry with the tenant
+-- alone, walking all of them on each Consume and Release (issue 23); only the primary key
+-- fits this guard (the upkeep index needs both, migration 0020). Inserts are set-based from the batch's arrays (no table read).
 -- WatchRunEvents (store/watchers.py): registering waits for the run's lock, held here.
 CREATE OR REPLACE FUNCTION budget.write_records_v2(
     tenant text, runs budget.engine_run_v2[], pools budget.engine_pool_v2[],
@@ -22,7 +26,7 @@ BEGIN
         CONTINUE WHEN NOT h.was_open OR h.state = 'open';
         UPDATE budget.holds SET state = h.state, ended_at = now
         WHERE tenant_id = tenant AND run_id = runs[h.run].run_id
-          AND reservation_id = h.reservation_id AND state = 'open';
+          AND reservation_id = h.reservation_id AND ended_at IS NULL;
         GET DIAGNOSTICS n = ROW_COUNT;
         IF n <> 1 THEN
             RAISE EXCEPTION 'a hold ended concurrently' USING ERRCODE = 'serialization_failure';
