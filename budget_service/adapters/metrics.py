@@ -195,8 +195,8 @@ class BudgetMetrics:
         )
         self.locked_run_waits = Counter(
             "ration_budget_locked_run_waits",
-            "Reserve/Consume/Release requests whose run was locked elsewhere when their tenant's"
-            " batch came to it, sent again to wait for that run's lock alone.",
+            "Reserve/Consume/Release requests whose run was locked elsewhere when their batch"
+            " came to it, sent again to wait for that run's lock alone.",
             registry=registry,
         )
         # Each series' child by (metric, exposed labels), so counting costs no label lookup.
