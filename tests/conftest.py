@@ -7,6 +7,11 @@ clone of it (made ahead, dropped afterwards, both in the background: tests/suppo
 directly); the servers connect as the application role (`app_database_url`), so row-level
 security applies to them. API fixtures start the real
 servers on 127.0.0.1:0.
+
+A module whose tests isolate themselves by unique ids (tests/support/ids.py) asks for the
+`shared_*` fixtures instead: one database and one server per kind for the whole module. Tests
+that need a database of their own (they alter settings, count rows across it, restart or
+reconfigure the server, or need an empty tenant) keep the per-test fixtures.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from servicekit.server import ServiceRunner
 from tests.support import adapters, dbroles
 from tests.support.clones import Clones
 from tests.support.postgres import admin, docker_answers, with_database
-from tests.support.servers import StartServer, service_env
+from tests.support.servers import SharedServers, StartServer, service_env
 
 # Tests never assert wall-clock speed (DESIGN 9): hypothesis's per-example deadline and its
 # too-slow health check are timings, and they fail on a loaded machine, so both are off here.
@@ -177,3 +182,53 @@ async def memory_channel(start_server: StartServer) -> AsyncIterator[grpc.aio.Ch
     runner = await start_server("memory")
     async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
         yield channel
+
+
+@pytest.fixture(scope="module")
+def shared_env() -> dict[str, str]:
+    """Environment overrides of the module's shared servers; a module redefines this fixture
+    to give them, say, its token file."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def shared_database_url(pg_server_url: str, template_clones: Clones) -> Iterator[str]:
+    """One fresh, migrated database for a whole module (superuser URL)."""
+    name = template_clones.take()
+    try:
+        yield with_database(pg_server_url, name)
+    finally:
+        template_clones.give_back(name)
+
+
+@pytest.fixture(scope="module")
+def shared_servers(shared_database_url: str, shared_env: dict[str, str]) -> Iterator[SharedServers]:
+    """The module's servers on `shared_database_url`, each on its own thread (so it outlives
+    the per-test event loops), connected as the application role."""
+    servers = SharedServers(shared_database_url, **shared_env)
+    try:
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture
+async def shared_budget_channel(shared_servers: SharedServers) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(shared_servers.address("budget")) as channel:
+        yield channel
+
+
+@pytest.fixture
+async def shared_memory_channel(shared_servers: SharedServers) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc.aio.insecure_channel(shared_servers.address("memory")) as channel:
+        yield channel
+
+
+@pytest.fixture
+async def shared_db(shared_database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A direct connection to the module's shared database (superuser)."""
+    conn = await asyncpg.connect(shared_database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()

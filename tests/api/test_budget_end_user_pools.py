@@ -6,6 +6,7 @@ tenant stream carries the pool's own events; bad end-user ids, tags and budgets 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -28,9 +29,9 @@ from ration_client import (
     SpendGroupBy,
     Window,
 )
-from tests.support.budget import Budget, pool_events
+from tests.support.budget import Budget, new_id, pool_events
 from tests.support.replicas import budget_processes
-from tests.support.servers import StartServer
+from tests.support.servers import SharedServers
 
 POOL = 1000
 STEP = 40  # 25 steps spend the pool exactly
@@ -39,18 +40,41 @@ RUNS = [(f"run-{i}", "p-one" if i % 2 else "p-two") for i in range(12)]
 
 @pytest.fixture
 def addresses(database_url: str) -> Iterator[list[str]]:
-    """Two `ration budget serve` processes on one database."""
+    """Two `ration budget serve` processes on a database of the test's own (the acceptance
+    test sums the whole tenant's spend and reads its stream from the start)."""
     with budget_processes(database_url) as procs:
         yield [p.addresses["budget"] for p in procs]
 
 
-@pytest.fixture
-async def replicas(addresses: list[str]) -> AsyncIterator[list[BudgetClient]]:
+@pytest.fixture(scope="module")
+def shared_addresses(shared_database_url: str) -> Iterator[list[str]]:
+    """Two `ration budget serve` processes on the module's database, for the tests that keep
+    to runs of their own (fresh run ids)."""
+    with budget_processes(shared_database_url) as procs:
+        yield [p.addresses["budget"] for p in procs]
+
+
+@contextlib.asynccontextmanager
+async def clients_of(addresses: list[str]) -> AsyncIterator[list[BudgetClient]]:
     """A client on each replica."""
     clients = [BudgetClient(address) for address in addresses]
-    yield clients
-    for client in clients:
-        await client.close()
+    try:
+        yield clients
+    finally:
+        for client in clients:
+            await client.close()
+
+
+@pytest.fixture
+async def replicas(addresses: list[str]) -> AsyncIterator[list[BudgetClient]]:
+    async with clients_of(addresses) as clients:
+        yield clients
+
+
+@pytest.fixture
+async def shared_replicas(shared_addresses: list[str]) -> AsyncIterator[list[BudgetClient]]:
+    async with clients_of(shared_addresses) as clients:
+        yield clients
 
 
 async def spend(client: BudgetClient, run_id: str) -> tuple[int, list[BudgetExhausted]]:
@@ -149,17 +173,17 @@ async def test_an_end_user_day_pool_is_exact_across_two_replicas_and_two_project
     ],
 )
 async def test_bad_end_user_ids_and_tags_are_refused_field_by_field(
-    replicas: list[BudgetClient], fields: dict[str, object], field: str
+    shared_replicas: list[BudgetClient], fields: dict[str, object], field: str
 ) -> None:
     with pytest.raises(InvalidRequest) as refused:
-        await replicas[0].open_run("r", project_id="p", **fields)  # type: ignore[arg-type]
+        await shared_replicas[0].open_run(new_id("r"), project_id="p", **fields)  # type: ignore[arg-type]
     assert [f for f, _ in refused.value.violations] == [field]
 
 
 async def test_end_user_budgets_are_pools_without_model_lists(
-    replicas: list[BudgetClient],
+    shared_replicas: list[BudgetClient],
 ) -> None:
-    client = replicas[0]
+    client = shared_replicas[0]
     with pytest.raises(InvalidRequest) as refused:
         await client.put_scope_budget(
             Scope.END_USER, "cust", ScopeBudgetKind.PER_RUN_CAP, policy=Policy(max_tokens=5)
@@ -176,34 +200,35 @@ async def test_end_user_budgets_are_pools_without_model_lists(
 
 
 async def test_reopening_a_run_for_another_end_user_or_tags_is_run_exists(
-    replicas: list[BudgetClient],
+    shared_replicas: list[BudgetClient],
 ) -> None:
-    a, b = replicas
-    first = await a.open_run("same", project_id="p", end_user_id="cust-1", tags={"k": "v"})
-    again = await b.open_run("same", project_id="p", end_user_id="cust-1", tags={"k": "v"})
+    a, b = shared_replicas
+    same = new_id("same")
+    first = await a.open_run(same, project_id="p", end_user_id="cust-1", tags={"k": "v"})
+    again = await b.open_run(same, project_id="p", end_user_id="cust-1", tags={"k": "v"})
     assert again.created_at == first.created_at  # the same run, returned again
     for other in ({"end_user_id": "cust-2", "tags": {"k": "v"}}, {"end_user_id": "cust-1"}):
         with pytest.raises(RunExists):
-            await b.open_run("same", project_id="p", **other)
+            await b.open_run(same, project_id="p", **other)
 
 
 async def test_check_and_reserve_name_the_end_user_pool_that_refuses(
-    start_server: StartServer,
+    shared_servers: SharedServers,
 ) -> None:
     """On the engine (decide_v2): a Check and a Reserve refused by an end-user pool name it,
     and Check lists the pool's balance under its scope and id after the run's own four."""
-    runner = await start_server("budget")
-    async with BudgetClient(f"127.0.0.1:{runner.port}") as client:
+    end_user, run = new_id("cust"), new_id("r")
+    async with BudgetClient(shared_servers.address("budget")) as client:
         await client.put_scope_budget(
-            Scope.END_USER, "cust-9", ScopeBudgetKind.POOLED, policy=Policy(max_tokens=10)
+            Scope.END_USER, end_user, ScopeBudgetKind.POOLED, policy=Policy(max_tokens=10)
         )
-        await client.open_run("r", project_id="p", end_user_id="cust-9", tags={"a": "b"})
-        checked = await client.check("r", estimate=Amounts(tokens=11), model="m")
+        await client.open_run(run, project_id="p", end_user_id=end_user, tags={"a": "b"})
+        checked = await client.check(run, estimate=Amounts(tokens=11), model="m")
         assert (checked.would_grant, checked.refusal_reason) == (False, "BUDGET_EXHAUSTED")
         pools = [(d.binding_scope, d.binding_scope_id, d.limit) for d in checked.dimensions[4:]]
-        assert pools == [(Scope.END_USER, "cust-9", 10)]
+        assert pools == [(Scope.END_USER, end_user, 10)]
         with pytest.raises(BudgetExhausted) as refused:
-            await client.reserve("r", model="m", estimate=Amounts(tokens=11))
+            await client.reserve(run, model="m", estimate=Amounts(tokens=11))
         metadata = refused.value.metadata
-        assert (metadata["scope"], metadata["scopeId"]) == ("end_user", "cust-9")
-        assert (await client.check("r", estimate=Amounts(tokens=10), model="m")).would_grant
+        assert (metadata["scope"], metadata["scopeId"]) == ("end_user", end_user)
+        assert (await client.check(run, estimate=Amounts(tokens=10), model="m")).would_grant

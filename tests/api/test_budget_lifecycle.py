@@ -1,4 +1,7 @@
-"""Run lifecycle, scope budgets (caps, pools, windows), tenant isolation and roles."""
+"""Run lifecycle, scope budgets (caps, pools, windows), tenant isolation and roles.
+
+Tests on runs and scopes of their own share the module's server and database; those that
+count or move rows across the database, or configure their own server, keep their own."""
 
 from __future__ import annotations
 
@@ -41,9 +44,9 @@ async def test_open_run_is_idempotent_per_run_id(
     assert await db.fetchval("SELECT count(*) FROM budget.runs") == 1
 
 
-async def test_unknown_runs_are_not_found(budget_channel: grpc.aio.Channel) -> None:
-    budget = Budget(budget_channel)
-    for call in (budget.get_run("nope"), budget.reserve("nope", tokens=1), budget.check("nope")):
+async def test_unknown_runs_are_not_found(shared_budget_channel: grpc.aio.Channel) -> None:
+    budget, nope = Budget(shared_budget_channel), new_id("nope")
+    for call in (budget.get_run(nope), budget.reserve(nope, tokens=1), budget.check(nope)):
         missing = await rpc_error(call)
         assert (missing.code, missing.reason) == (grpc.StatusCode.NOT_FOUND, "RUN_NOT_FOUND")
 
@@ -100,23 +103,24 @@ async def test_scope_caps_and_host_ceilings_bind_the_effective_budget(
 
 
 async def test_a_pool_is_shared_by_every_run_of_its_scope(
-    budget_channel: grpc.aio.Channel,
+    shared_budget_channel: grpc.aio.Channel,
 ) -> None:
-    budget = Budget(budget_channel)
+    budget = Budget(shared_budget_channel)
+    p, a, b = new_id("p"), new_id("a"), new_id("b")
     await budget.put_scope(
         pb.SCOPE_PROJECT,
-        "p",
+        p,
         kind=pb.SCOPE_BUDGET_KIND_POOLED,
         window=pb.WINDOW_MONTH,
         max_tokens=100,
     )
-    await budget.open_run("a", project_id="p", max_tokens=1000)
-    await budget.open_run("b", project_id="p", max_tokens=1000)
-    reservation = await budget.reserve("a", tokens=70)
-    held = await rpc_error(budget.reserve("b", tokens=40))  # fits run b, not the pool
+    await budget.open_run(a, project_id=p, max_tokens=1000)
+    await budget.open_run(b, project_id=p, max_tokens=1000)
+    reservation = await budget.reserve(a, tokens=70)
+    held = await rpc_error(budget.reserve(b, tokens=40))  # fits run b, not the pool
     assert held.reason == "BUDGET_HELD"
-    await budget.consume("a", reservation.reservation.reservation_id, tokens=70)
-    spent = await rpc_error(budget.reserve("b", tokens=40))
+    await budget.consume(a, reservation.reservation.reservation_id, tokens=70)
+    spent = await rpc_error(budget.reserve(b, tokens=40))
     # The pool cannot fit it: refused naming the pool, until the next window; run b lives.
     assert (spent.code, spent.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "BUDGET_EXHAUSTED")
     assert spent.metadata == {
@@ -124,17 +128,17 @@ async def test_a_pool_is_shared_by_every_run_of_its_scope(
         "limit": "100",
         "observed": "110",
         "scope": "project",
-        "scopeId": "p",
+        "scopeId": p,
     }
     retry = spent.require(error_details_pb2.RetryInfo).retry_delay.ToTimedelta()
     assert timedelta(0) < retry <= timedelta(days=31)
-    assert (await budget.get_run("b")).state == pb.RUN_STATE_ACTIVE
-    assert "cap.breached" not in [t for t, _ in await budget.trace("b")]
-    last = await budget.reserve("b", tokens=30)
+    assert (await budget.get_run(b)).state == pb.RUN_STATE_ACTIVE
+    assert "cap.breached" not in [t for t, _ in await budget.trace(b)]
+    last = await budget.reserve(b, tokens=30)
     assert last.reservation.granted.tokens == 30
     reply = await budget.stub.GetScopeBudget(
         pb.GetScopeBudgetRequest(
-            scope=pb.SCOPE_PROJECT, scope_id="p", kind=pb.SCOPE_BUDGET_KIND_POOLED
+            scope=pb.SCOPE_PROJECT, scope_id=p, kind=pb.SCOPE_BUDGET_KIND_POOLED
         )
     )
     tokens = next(d for d in reply.balance.dimensions if d.dimension == pb.DIMENSION_TOKENS)
@@ -205,16 +209,16 @@ async def test_a_new_window_is_a_new_balance_row(
 
 
 async def test_scope_budgets_can_be_replaced_read_and_deleted(
-    budget_channel: grpc.aio.Channel,
+    shared_budget_channel: grpc.aio.Channel,
 ) -> None:
-    budget = Budget(budget_channel)
-    first = await budget.put_scope(pb.SCOPE_AGENT, "a", max_retries=0, model_allow=[])
-    second = await budget.put_scope(pb.SCOPE_AGENT, "a", max_retries=2)
+    budget, agent = Budget(shared_budget_channel), new_id("a")
+    first = await budget.put_scope(pb.SCOPE_AGENT, agent, max_retries=0, model_allow=[])
+    second = await budget.put_scope(pb.SCOPE_AGENT, agent, max_retries=2)
     assert (first.version, second.version) == (1, 2)
     assert first.policy.HasField("model_allow")
     assert not second.policy.HasField("model_allow")
     key = pb.GetScopeBudgetRequest(
-        scope=pb.SCOPE_AGENT, scope_id="a", kind=pb.SCOPE_BUDGET_KIND_PER_RUN_CAP
+        scope=pb.SCOPE_AGENT, scope_id=agent, kind=pb.SCOPE_BUDGET_KIND_PER_RUN_CAP
     )
     got = await budget.stub.GetScopeBudget(key)
     assert got.budget.policy.max_retries == 2
@@ -344,18 +348,23 @@ async def test_a_per_model_pool_limits_only_the_models_it_matches(
 
 
 async def test_check_and_reserve_report_when_each_pool_window_ends(
-    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+    shared_budget_channel: grpc.aio.Channel, shared_db: asyncpg.Connection
 ) -> None:
-    budget = Budget(budget_channel)
+    budget = Budget(shared_budget_channel)
+    run, project, agent = new_id("r"), new_id("p"), new_id("a")
     await budget.put_scope(
-        pb.SCOPE_PROJECT, "p", kind=pb.SCOPE_BUDGET_KIND_POOLED, window=pb.WINDOW_DAY, max_tokens=9
+        pb.SCOPE_PROJECT,
+        project,
+        kind=pb.SCOPE_BUDGET_KIND_POOLED,
+        window=pb.WINDOW_DAY,
+        max_tokens=9,
     )
-    await budget.put_scope(pb.SCOPE_AGENT, "a", kind=pb.SCOPE_BUDGET_KIND_POOLED, max_tokens=9)
-    await budget.open_run("r", project_id="p", agent_id="a", max_tokens=100)
-    now = await db.fetchval("SELECT now()")
+    await budget.put_scope(pb.SCOPE_AGENT, agent, kind=pb.SCOPE_BUDGET_KIND_POOLED, max_tokens=9)
+    await budget.open_run(run, project_id=project, agent_id=agent, max_tokens=100)
+    now = await shared_db.fetchval("SELECT now()")
     midnight = window_start(Window.DAY, now) + timedelta(days=1)
-    check = await budget.check("r", tokens=1)
-    reserve = await budget.reserve("r", tokens=1)
+    check = await budget.check(run, tokens=1)
+    reserve = await budget.reserve(run, tokens=1)
     for dimensions in (check.dimensions, reserve.dimensions):
         ends = {
             (d.binding_scope, d.binding_scope_id): (
@@ -365,6 +374,6 @@ async def test_check_and_reserve_report_when_each_pool_window_ends(
         }
         assert ends == {
             (pb.SCOPE_RUN, ""): None,  # the run's own balance has no window
-            (pb.SCOPE_AGENT, "a"): None,  # a window-less pool never renews
-            (pb.SCOPE_PROJECT, "p"): midnight,
+            (pb.SCOPE_AGENT, agent): None,  # a window-less pool never renews
+            (pb.SCOPE_PROJECT, project): midnight,
         }

@@ -1,4 +1,7 @@
-"""The per-call protocol: contention, UP_TO, settling, overruns, release, expiry, idempotency."""
+"""The per-call protocol: contention, UP_TO, settling, overruns, release, expiry, idempotency.
+
+Tests on runs of their own share the module's server and database; those that count rows
+across the database (or run their own sweeper) keep a database of their own."""
 
 from __future__ import annotations
 
@@ -19,13 +22,13 @@ def dimension(dimensions: list[pb.DimensionStatus], which: int) -> pb.DimensionS
 
 
 async def test_contention_is_retryable_and_leaves_the_run_active(
-    budget_channel: grpc.aio.Channel, db: asyncpg.Connection
+    shared_budget_channel: grpc.aio.Channel,
 ) -> None:
-    budget = Budget(budget_channel)
-    await budget.open_run("r", max_tokens=100)
-    first = await budget.reserve("r", tokens=60)
+    budget, run_id = Budget(shared_budget_channel), new_id("r")
+    await budget.open_run(run_id, max_tokens=100)
+    first = await budget.reserve(run_id, tokens=60)
     retry_id = new_id()
-    held = await rpc_error(budget.reserve("r", request_id=retry_id, tokens=50))
+    held = await rpc_error(budget.reserve(run_id, request_id=retry_id, tokens=50))
     assert (held.code, held.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "BUDGET_HELD")
     assert held.metadata == {
         "dimension": "tokens",
@@ -39,60 +42,62 @@ async def test_contention_is_retryable_and_leaves_the_run_active(
     retry = held.detail(error_details_pb2.RetryInfo)
     assert retry is not None
     assert retry.retry_delay.ToTimedelta().total_seconds() > 0
-    run = await budget.get_run("r")
+    run = await budget.get_run(run_id)
     assert run.state == pb.RUN_STATE_ACTIVE
-    assert [t for t, _ in await budget.trace("r")] == ["budget.reserved"]  # not a breach
+    assert [t for t, _ in await budget.trace(run_id)] == ["budget.reserved"]  # not a breach
     # Once the hold is released, the same request (same request_id) is granted.
-    await budget.release("r", first.reservation.reservation_id)
-    granted = await budget.reserve("r", request_id=retry_id, tokens=50)
+    await budget.release(run_id, first.reservation.reservation_id)
+    granted = await budget.reserve(run_id, request_id=retry_id, tokens=50)
     assert granted.reservation.granted.tokens == 50
 
 
-async def test_up_to_grants_what_is_left_of_tokens(budget_channel: grpc.aio.Channel) -> None:
-    budget = Budget(budget_channel)
-    await budget.open_run("r", max_tokens=1000)
-    await budget.reserve("r", tokens=700)
-    partial = await budget.reserve("r", tokens=500, mode=pb.RESERVE_MODE_UP_TO)
+async def test_up_to_grants_what_is_left_of_tokens(shared_budget_channel: grpc.aio.Channel) -> None:
+    budget, run_id = Budget(shared_budget_channel), new_id("r")
+    await budget.open_run(run_id, max_tokens=1000)
+    await budget.reserve(run_id, tokens=700)
+    partial = await budget.reserve(run_id, tokens=500, mode=pb.RESERVE_MODE_UP_TO)
     assert partial.reservation.requested.tokens == 500
     assert partial.reservation.granted.tokens == 300
     assert dimension(list(partial.dimensions), pb.DIMENSION_TOKENS).remaining == 0
 
 
 async def test_consume_settles_the_hold_and_reports_the_overrun(
-    budget_channel: grpc.aio.Channel,
+    shared_budget_channel: grpc.aio.Channel,
 ) -> None:
-    budget = Budget(budget_channel)
-    await budget.open_run("r", max_tokens=1000)
-    reservation = await budget.reserve("r", tokens=100, cost_nanos=5000)
+    budget, run_id = Budget(shared_budget_channel), new_id("r")
+    await budget.open_run(run_id, max_tokens=1000)
+    reservation = await budget.reserve(run_id, tokens=100, cost_nanos=5000)
     consumed = await budget.consume(
-        "r", reservation.reservation.reservation_id, tokens=130, cost_nanos=2000
+        run_id, reservation.reservation.reservation_id, tokens=130, cost_nanos=2000
     )
     assert consumed.overrun == pb.Amounts(tokens=30)
     assert consumed.reservation_state == pb.RESERVATION_STATE_CONSUMED
     tokens = dimension(list(consumed.dimensions), pb.DIMENSION_TOKENS)
     assert (tokens.consumed, tokens.held, tokens.remaining) == (130, 0, 870)
-    again = await rpc_error(budget.consume("r", reservation.reservation.reservation_id, tokens=1))
+    again = await rpc_error(
+        budget.consume(run_id, reservation.reservation.reservation_id, tokens=1)
+    )
     assert (again.reason, again.metadata) == ("RESERVATION_SETTLED", {"state": "consumed"})
-    released = await rpc_error(budget.release("r", reservation.reservation.reservation_id))
+    released = await rpc_error(budget.release(run_id, reservation.reservation.reservation_id))
     assert (released.reason, released.metadata) == ("RESERVATION_SETTLED", {"state": "consumed"})
 
 
-async def test_release_voids_a_hold_once(budget_channel: grpc.aio.Channel) -> None:
-    budget = Budget(budget_channel)
-    await budget.open_run("r", max_tool_calls=1)
-    reservation = await budget.reserve("r", tool_calls=1)
-    reply = await budget.release("r", reservation.reservation.reservation_id)
+async def test_release_voids_a_hold_once(shared_budget_channel: grpc.aio.Channel) -> None:
+    budget, run_id = Budget(shared_budget_channel), new_id("r")
+    await budget.open_run(run_id, max_tool_calls=1)
+    reservation = await budget.reserve(run_id, tool_calls=1)
+    reply = await budget.release(run_id, reservation.reservation.reservation_id)
     assert reply.reservation.state == pb.RESERVATION_STATE_RELEASED
-    twice = await rpc_error(budget.release("r", reservation.reservation.reservation_id))
+    twice = await rpc_error(budget.release(run_id, reservation.reservation.reservation_id))
     assert (twice.code, twice.reason) == (
         grpc.StatusCode.FAILED_PRECONDITION,
         "RESERVATION_SETTLED",
     )
     assert twice.metadata == {"state": "released"}
-    missing = await rpc_error(budget.release("r", "res_missing"))
+    missing = await rpc_error(budget.release(run_id, "res_missing"))
     assert (missing.code, missing.reason) == (grpc.StatusCode.NOT_FOUND, "RESERVATION_NOT_FOUND")
     # Usage of a released hold is still recorded, without the hold.
-    late = await budget.consume("r", reservation.reservation.reservation_id, tool_calls=1)
+    late = await budget.consume(run_id, reservation.reservation.reservation_id, tool_calls=1)
     assert late.reservation_state == pb.RESERVATION_STATE_RELEASED
     assert dimension(list(late.dimensions), pb.DIMENSION_TOOL_CALLS).consumed == 1
 
@@ -224,25 +229,26 @@ async def test_concurrent_duplicates_count_once(
 
 
 async def test_concurrent_checks_share_reads_yet_each_is_judged_on_its_own_run(
-    budget_channel: grpc.aio.Channel,
+    shared_budget_channel: grpc.aio.Channel,
 ) -> None:
     """Concurrent Checks of one tenant go out as shared statements (servicekit/coalesce.py):
     every answer must still be its own run's, and an unknown run among them is RUN_NOT_FOUND."""
-    budget = Budget(budget_channel)
-    limits = {"small": 10, "medium": 100, "large": 1000}
+    budget = Budget(shared_budget_channel)
+    small, medium, large, nobody = (new_id(n) for n in ("small", "medium", "large", "nobody"))
+    limits = {small: 10, medium: 100, large: 1000}
     for run_id, limit in limits.items():
         await budget.open_run(run_id, max_tokens=limit)
-    await budget.reserve("medium", tokens=60)  # held: 40 left of 100
+    await budget.reserve(medium, tokens=60)  # held: 40 left of 100
     asks = [(run_id, tokens) for run_id in limits for tokens in (5, 50, 500)] * 4
     answers = await asyncio.gather(*(budget.check(r, tokens=t) for r, t in asks))
-    left = {"small": 10, "medium": 40, "large": 1000}
+    left = {small: 10, medium: 40, large: 1000}
     assert [a.would_grant for a in answers] == [t <= left[r] for r, t in asks]
     for (run_id, _), answer in zip(asks, answers, strict=True):
         tokens = dimension(list(answer.dimensions), pb.DIMENSION_TOKENS)
         assert tokens.limit == limits[run_id]
     missing, _ = await asyncio.gather(
-        asyncio.gather(*(rpc_error(budget.check("nobody", tokens=1)) for _ in range(3))),
-        budget.check("small", tokens=1),
+        asyncio.gather(*(rpc_error(budget.check(nobody, tokens=1)) for _ in range(3))),
+        budget.check(small, tokens=1),
     )
     assert [(m.code, m.reason) for m in missing[:3]] == [
         (grpc.StatusCode.NOT_FOUND, "RUN_NOT_FOUND")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from pathlib import Path
@@ -18,18 +17,22 @@ from ration_client import (
     ScopeBudgetKind,
     Window,
 )
-from servicekit.auth import digest
-from tests.support.servers import StartServer
+from tests.support.ids import new_id
+from tests.support.servers import SharedServers, StartServer
+from tests.support.token_files import write_token_file
 
 TOKENS = {"admin-a": ("a", "admin"), "admin-b": ("b", "admin"), "reader-a": ("a", "reader")}
 POOLED, CAP = ScopeBudgetKind.POOLED, ScopeBudgetKind.PER_RUN_CAP
 
 
+def token_file(path: Path) -> Path:
+    return write_token_file(path, *((t, n, [r]) for t, (n, r) in TOKENS.items()))
+
+
 @pytest.fixture
 async def address(start_server: StartServer, tmp_path: Path) -> str:
-    tokens = tmp_path / "tokens.json"
-    rows = [{"sha256": digest(t), "tenant": n, "roles": [r]} for t, (n, r) in TOKENS.items()]
-    tokens.write_text(json.dumps({"tokens": rows}))
+    """A server on a database of the test's own: for the test that lists whole tenants."""
+    tokens = token_file(tmp_path / "tokens.json")
     runner = await start_server("budget", RATION_TOKEN_FILE=str(tokens))
     return f"127.0.0.1:{runner.port}"
 
@@ -37,6 +40,20 @@ async def address(start_server: StartServer, tmp_path: Path) -> str:
 @pytest.fixture
 async def admin(address: str) -> AsyncIterator[BudgetClient]:
     async with BudgetClient(address, token="admin-a") as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def shared_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    tokens = token_file(tmp_path_factory.mktemp("scope-budget-list") / "tokens.json")
+    return {"RATION_TOKEN_FILE": str(tokens)}
+
+
+@pytest.fixture
+async def shared_admin(shared_servers: SharedServers) -> AsyncIterator[BudgetClient]:
+    """Tenant a's admin on the module's server, for the tests that need no tenant to
+    themselves (refusals, and a page token read back against another filter)."""
+    async with BudgetClient(shared_servers.address("budget"), token="admin-a") as client:
         yield client
 
 
@@ -82,8 +99,8 @@ async def test_pages_follow_the_key_order_and_filters_narrow(
         assert [b.scope_id for b in await other.list_scope_budgets_all()] == ["b-only"]
 
 
-async def test_only_an_admin_lists(address: str) -> None:
-    async with BudgetClient(address, token="reader-a") as reader:
+async def test_only_an_admin_lists(shared_servers: SharedServers) -> None:
+    async with BudgetClient(shared_servers.address("budget"), token="reader-a") as reader:
         with pytest.raises(PermissionDenied):
             await reader.list_scope_budgets()
 
@@ -97,17 +114,17 @@ async def test_only_an_admin_lists(address: str) -> None:
     ],
 )
 async def test_bad_input_names_the_field(
-    admin: BudgetClient, arguments: dict[str, object], field: str
+    shared_admin: BudgetClient, arguments: dict[str, object], field: str
 ) -> None:
     with pytest.raises(InvalidRequest) as refused:
-        await admin.list_scope_budgets(**arguments)  # type: ignore[arg-type]
+        await shared_admin.list_scope_budgets(**arguments)  # type: ignore[arg-type]
     assert [f for f, _ in refused.value.violations] == [field]
 
 
-async def test_a_page_token_is_bound_to_its_filter(admin: BudgetClient) -> None:
-    for scope_id in ("a", "b"):
-        await put(admin, Scope.PROJECT, scope_id, POOLED)
-    page = await admin.list_scope_budgets(kind=POOLED, page_size=1)
+async def test_a_page_token_is_bound_to_its_filter(shared_admin: BudgetClient) -> None:
+    for scope_id in (new_id("a"), new_id("b")):
+        await put(shared_admin, Scope.PROJECT, scope_id, POOLED)
+    page = await shared_admin.list_scope_budgets(kind=POOLED, page_size=1)
     with pytest.raises(InvalidRequest) as refused:
-        await admin.list_scope_budgets(kind=CAP, page_token=page.next_page_token)
+        await shared_admin.list_scope_budgets(kind=CAP, page_token=page.next_page_token)
     assert [f for f, _ in refused.value.violations] == ["page_token"]

@@ -22,7 +22,7 @@ from ration.budget.v1 import budget_service_pb2_grpc
 from ration_client import Amounts, BudgetClient, InvalidRequest, SpendGroupBy, SpendRow
 from tests.support.budget import ROLLUP_COLUMNS, ROLLUPS_OF_LEDGER, new_id
 from tests.support.errors import rpc_error
-from tests.support.servers import StartServer
+from tests.support.servers import SharedServers, StartServer
 from tests.support.token_files import write_token_file
 
 PROJECTS = ("p-alpha", "p-beta", "p-gamma")
@@ -314,11 +314,13 @@ BAD = {
 }
 
 
+# Refusals write nothing: these tests share the module's server and database. The reports
+# above sum a whole tenant's spend, so each of those keeps a database of its own.
 @pytest.mark.parametrize(("bad", "fields"), list(BAD.values()), ids=list(BAD))
 async def test_bad_report_requests_are_refused_with_their_fields(
-    budget_channel: grpc.aio.Channel, bad: pb.ReportSpendRequest, fields: list[str]
+    shared_budget_channel: grpc.aio.Channel, bad: pb.ReportSpendRequest, fields: list[str]
 ) -> None:
-    stub = budget_service_pb2_grpc.BudgetServiceStub(budget_channel)  # type: ignore[no-untyped-call]
+    stub = budget_service_pb2_grpc.BudgetServiceStub(shared_budget_channel)  # type: ignore[no-untyped-call]
     refused = await rpc_error(stub.ReportSpend(bad))
     assert (refused.code, refused.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
     from google.rpc import error_details_pb2
@@ -397,14 +399,14 @@ async def test_ration_report_prints_the_table(budget: BudgetClient, budget_addre
     ]
 
 
-async def test_ration_report_names_a_refusal_and_exits_1(budget_address: str) -> None:
+async def test_ration_report_names_a_refusal_and_exits_1(shared_servers: SharedServers) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "ration_server.entry",
         "report",
         "--budget",
-        budget_address,
+        shared_servers.address("budget"),
         "--from",
         "2024-01-01",
         "--to",

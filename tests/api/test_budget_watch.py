@@ -1,4 +1,7 @@
-"""WatchRunEvents: every event exactly once, in order, across disconnects and listener loss."""
+"""WatchRunEvents: every event exactly once, in order, across disconnects and listener loss.
+
+Streams of runs of their own share the module's server; the tests that kill its listener,
+stop it, or count every watcher and notification keep a server and database of their own."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import grpc
 
 from budget_service.store.event_hub import LISTENER_NAME
 from ration.budget.v1 import budget_pb2 as pb
-from tests.support.budget import Budget
+from tests.support.budget import Budget, new_id
 from tests.support.errors import rpc_error
 from tests.support.servers import StartServer
 
@@ -36,38 +39,43 @@ async def produce(budget: Budget, run_id: str, consumes: int) -> None:
 
 
 async def test_every_event_exactly_once_across_a_disconnect_and_resume(
-    budget_channel: grpc.aio.Channel,
+    shared_budget_channel: grpc.aio.Channel,
 ) -> None:
-    budget = Budget(budget_channel)
-    await budget.open_run("r", max_tokens=10**6)
-    await produce(budget, "r", 5)  # seq 1..6
-    first = watch(budget, "r")
+    run_id = new_id("r")
+    budget = Budget(shared_budget_channel)
+    await budget.open_run(run_id, max_tokens=10**6)
+    await produce(budget, run_id, 5)  # seq 1..6
+    first = watch(budget, run_id)
     seen = await read(first, 4)
     first.cancel()  # the client goes away mid-stream
-    await produce(budget, "r", 3)  # seq 7..9, written while nobody watches
-    second = watch(budget, "r", after_seq=seen[-1].seq)
+    await produce(budget, run_id, 3)  # seq 7..9, written while nobody watches
+    second = watch(budget, run_id, after_seq=seen[-1].seq)
     seen += await read(second, 5)
-    await produce(budget, "r", 2)  # seq 10..11, live
+    await produce(budget, run_id, 2)  # seq 10..11, live
     seen += await read(second, 2)
     second.cancel()
     assert [e.seq for e in seen] == list(range(1, 12))
-    stored = await budget.events("r")
+    stored = await budget.events(run_id)
     assert [e.payload_json for e in seen] == [e.payload_json for e in stored]
     assert seen[0].type == "budget.reserved"
     assert seen[0].HasField("budget_reserved")
 
 
-async def test_live_events_reach_concurrent_watchers(budget_channel: grpc.aio.Channel) -> None:
-    budget = Budget(budget_channel)
-    await budget.open_run("r", max_tokens=10**6)
-    await budget.open_run("other", max_tokens=10**6)
-    watchers = [watch(budget, "r", after_seq=1) for _ in range(3)]
-    quiet = watch(budget, "other", after_seq=1)
-    await asyncio.gather(*(produce(budget, "r", 1) for _ in range(4)))
+async def test_live_events_reach_concurrent_watchers(
+    shared_budget_channel: grpc.aio.Channel,
+) -> None:
+    run_id = new_id("r")
+    other = new_id("other")
+    budget = Budget(shared_budget_channel)
+    await budget.open_run(run_id, max_tokens=10**6)
+    await budget.open_run(other, max_tokens=10**6)
+    watchers = [watch(budget, run_id, after_seq=1) for _ in range(3)]
+    quiet = watch(budget, other, after_seq=1)
+    await asyncio.gather(*(produce(budget, run_id, 1) for _ in range(4)))
     for stream in watchers:
         assert [e.seq for e in await read(stream, 4)] == [2, 3, 4, 5]
         stream.cancel()
-    await produce(budget, "other", 1)
+    await produce(budget, other, 1)
     assert [e.seq for e in await read(quiet, 1)] == [2]  # only its own run's events
     quiet.cancel()
 
@@ -97,8 +105,9 @@ async def test_the_stream_survives_a_lost_listener_connection(
     stream.cancel()
 
 
-async def test_unknown_runs_cannot_be_watched(budget_channel: grpc.aio.Channel) -> None:
-    refused = await rpc_error(watch(Budget(budget_channel), "missing").read())
+async def test_unknown_runs_cannot_be_watched(shared_budget_channel: grpc.aio.Channel) -> None:
+    missing = new_id("missing")
+    refused = await rpc_error(watch(Budget(shared_budget_channel), missing).read())
     assert (refused.code, refused.reason) == (grpc.StatusCode.NOT_FOUND, "RUN_NOT_FOUND")
 
 

@@ -30,7 +30,8 @@ from ration_client import (
     usd,
 )
 from ration_client import errors as client_errors
-from tests.support.servers import StartServer
+from tests.support.ids import new_id
+from tests.support.servers import SharedServers, StartServer
 
 
 class LoseFirstResponse(grpc.aio.UnaryUnaryClientInterceptor):
@@ -62,33 +63,35 @@ class LoseFirstResponse(grpc.aio.UnaryUnaryClientInterceptor):
 
 
 @pytest.fixture
-async def budget_address(start_server: StartServer) -> str:
-    runner = await start_server("budget")
-    return f"127.0.0.1:{runner.port}"
+def shared_budget_address(shared_servers: SharedServers) -> str:
+    """The module's budget server: its tests keep to fresh run ids."""
+    return shared_servers.address("budget")
 
 
 async def test_retry_after_unavailable_reuses_the_request_id_and_counts_once(
-    budget_address: str, db: asyncpg.Connection
+    shared_budget_address: str, shared_db: asyncpg.Connection
 ) -> None:
+    run_id = new_id("r1")
     lose = LoseFirstResponse("/Consume")
-    async with BudgetClient(budget_address, interceptors=[lose]) as budget:
-        await budget.open_run("r1", project_id="p", policy=BudgetPolicy(max_tokens=1000))
-        async with budget.call("r1", model="gpt-4o", estimate=Amounts(tokens=100)) as reservation:
+    async with BudgetClient(shared_budget_address, interceptors=[lose]) as budget:
+        await budget.open_run(run_id, project_id="p", policy=BudgetPolicy(max_tokens=1000))
+        async with budget.call(run_id, model="gpt-4o", estimate=Amounts(tokens=100)) as reservation:
             await reservation.consume(Amounts(tokens=80))
-        run = await budget.get_run("r1")
+        run = await budget.get_run(run_id)
     assert lose.dropped == 1
     assert len(lose.request_ids) == 2
     assert lose.request_ids[0] == lose.request_ids[1]
     tokens = run.status(Dimension.TOKENS)
     assert (tokens.consumed, tokens.held) == (80, 0)
-    consumes = await db.fetchval(
-        "SELECT count(*) FROM budget.ledger WHERE run_id = 'r1' AND decision = 'consume'"
+    consumes = await shared_db.fetchval(
+        "SELECT count(*) FROM budget.ledger WHERE run_id = $1 AND decision = 'consume'", run_id
     )
     assert consumes == 1
 
 
-async def test_documented_refusals_raise_their_typed_exceptions(budget_address: str) -> None:
-    async with BudgetClient(budget_address) as budget:
+async def test_documented_refusals_raise_their_typed_exceptions(shared_budget_address: str) -> None:
+    run_id = new_id("r2")
+    async with BudgetClient(shared_budget_address) as budget:
         with pytest.raises(NotFound) as missing:
             await budget.get_run("nope")
         assert missing.value.reason == "RUN_NOT_FOUND"
@@ -97,23 +100,23 @@ async def test_documented_refusals_raise_their_typed_exceptions(budget_address: 
             max_tokens=100,
             model_allow=ModelPatterns(patterns=["claude-*"]),
         )
-        await budget.open_run("r2", project_id="p", policy=policy)
+        await budget.open_run(run_id, project_id="p", policy=policy)
         with pytest.raises(RunExists):
-            await budget.open_run("r2", project_id="p", policy=BudgetPolicy(max_tokens=5))
+            await budget.open_run(run_id, project_id="p", policy=BudgetPolicy(max_tokens=5))
         with pytest.raises(ModelDenied) as denied:
-            await budget.reserve("r2", model="gpt-4o", estimate=Amounts(tokens=1))
+            await budget.reserve(run_id, model="gpt-4o", estimate=Amounts(tokens=1))
         assert (denied.value.model, denied.value.scope) == ("gpt-4o", "run")
         with pytest.raises(InvalidRequest) as invalid:
-            await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=-5))
+            await budget.reserve(run_id, model="claude-3", estimate=Amounts(tokens=-5))
         assert any(field.startswith("estimate") for field, _ in invalid.value.violations)
-        first = await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=60))
+        first = await budget.reserve(run_id, model="claude-3", estimate=Amounts(tokens=60))
         with pytest.raises(BudgetHeld) as held:
-            await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=60))
+            await budget.reserve(run_id, model="claude-3", estimate=Amounts(tokens=60))
         assert held.value.retry_after_seconds > 0
         assert held.value.retryable
-        await budget.release("r2", first.reservation.reservation_id)
+        await budget.release(run_id, first.reservation.reservation_id)
         with pytest.raises(BudgetExhausted) as exhausted:
-            await budget.reserve("r2", model="claude-3", estimate=Amounts(tokens=101))
+            await budget.reserve(run_id, model="claude-3", estimate=Amounts(tokens=101))
         assert (exhausted.value.dimension, exhausted.value.limit) == (Dimension.TOKENS, 100)
         assert exhausted.value.observed == 101
 
@@ -128,13 +131,14 @@ async def test_memory_capacity_refusal_is_capacity_exceeded(start_server: StartS
     assert refused.value.observed == 2
 
 
-async def test_forget_redacts_the_run_secrets_from_its_reason(start_server: StartServer) -> None:
-    runner = await start_server("memory")
-    secret = "hunter2-correct-horse"
-    async with MemoryClient(f"127.0.0.1:{runner.port}") as memory:
-        (written,) = (await memory.append("agent/2", ["a fact"])).entries
+async def test_forget_redacts_the_run_secrets_from_its_reason(
+    shared_servers: SharedServers,
+) -> None:
+    secret, ref = "hunter2-correct-horse", new_id("agent/2")
+    async with MemoryClient(shared_servers.address("memory")) as memory:
+        (written,) = (await memory.append(ref, ["a fact"])).entries
         forgot = await memory.forget(
-            "agent/2", [written.entry_id], reason=f"leaked {secret}", secrets={"run": secret}
+            ref, [written.entry_id], reason=f"leaked {secret}", secrets={"run": secret}
         )
     assert forgot.changes[0].reason == "leaked [REDACTED:run]"
 
@@ -210,12 +214,15 @@ def test_store_busy_is_a_retryable_unavailable() -> None:
     assert error.retryable
 
 
-async def test_the_client_retries_store_busy_with_the_same_request(budget_address: str) -> None:
+async def test_the_client_retries_store_busy_with_the_same_request(
+    shared_budget_address: str,
+) -> None:
+    run_id = new_id("r7")
     busy = BusyFirst("/GetRun")
-    async with BudgetClient(budget_address, interceptors=[busy]) as budget:
-        await budget.open_run("r7", project_id="p", policy=BudgetPolicy(max_tokens=10))
-        run = await budget.get_run("r7")
-    assert run.run_id == "r7"
+    async with BudgetClient(shared_budget_address, interceptors=[busy]) as budget:
+        await budget.open_run(run_id, project_id="p", policy=BudgetPolicy(max_tokens=10))
+        run = await budget.get_run(run_id)
+    assert run.run_id == run_id
     assert (busy.refused, busy.sent) == (1, 1)
 
 
@@ -225,27 +232,29 @@ async def reservation_state(db: asyncpg.Connection, run_id: str) -> list[str]:
 
 
 async def test_a_hold_left_by_an_exception_is_released(
-    budget_address: str, db: asyncpg.Connection
+    shared_budget_address: str, shared_db: asyncpg.Connection
 ) -> None:
-    async with BudgetClient(budget_address) as budget:
-        await budget.open_run("r3", project_id="p", policy=BudgetPolicy(max_tokens=1000))
+    run_id = new_id("r3")
+    async with BudgetClient(shared_budget_address) as budget:
+        await budget.open_run(run_id, project_id="p", policy=BudgetPolicy(max_tokens=1000))
         with pytest.raises(RuntimeError, match="provider failed"):
-            async with budget.call("r3", model="gpt-4o", estimate=Amounts(tokens=500)):
+            async with budget.call(run_id, model="gpt-4o", estimate=Amounts(tokens=500)):
                 raise RuntimeError("provider failed")
-        run = await budget.get_run("r3")
-    assert await reservation_state(db, "r3") == ["released"]
+        run = await budget.get_run(run_id)
+    assert await reservation_state(shared_db, run_id) == ["released"]
     assert all(d.held == 0 for d in run.dimensions)
 
 
 async def test_a_hold_of_a_cancelled_task_is_released_not_left_to_expire(
-    budget_address: str, db: asyncpg.Connection
+    shared_budget_address: str, shared_db: asyncpg.Connection
 ) -> None:
-    async with BudgetClient(budget_address) as budget:
-        await budget.open_run("r4", project_id="p", policy=BudgetPolicy(max_tokens=1000))
+    run_id = new_id("r4")
+    async with BudgetClient(shared_budget_address) as budget:
+        await budget.open_run(run_id, project_id="p", policy=BudgetPolicy(max_tokens=1000))
         inside = asyncio.Event()
 
         async def agent_step() -> None:
-            async with budget.call("r4", model="gpt-4o", estimate=Amounts(tokens=500)):
+            async with budget.call(run_id, model="gpt-4o", estimate=Amounts(tokens=500)):
                 inside.set()
                 await asyncio.sleep(3600)  # a model call that never returns
 
@@ -254,38 +263,40 @@ async def test_a_hold_of_a_cancelled_task_is_released_not_left_to_expire(
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-    assert await reservation_state(db, "r4") == ["released"]
+    assert await reservation_state(shared_db, run_id) == ["released"]
 
 
 async def test_tool_call_helper_holds_and_settles_one_tool_call(
-    budget_address: str, db: asyncpg.Connection
+    shared_budget_address: str, shared_db: asyncpg.Connection
 ) -> None:
-    async with BudgetClient(budget_address) as budget:
-        await budget.open_run("r5", project_id="p", policy=BudgetPolicy(max_tool_calls=1))
-        async with budget.tool_call("r5") as tool:
+    run_id = new_id("r5")
+    async with BudgetClient(shared_budget_address) as budget:
+        await budget.open_run(run_id, project_id="p", policy=BudgetPolicy(max_tool_calls=1))
+        async with budget.tool_call(run_id) as tool:
             assert tool.granted.tool_calls == 1
             await tool.consume(Amounts(tool_calls=1))
         with pytest.raises(BudgetExhausted):
-            async with budget.tool_call("r5"):
+            async with budget.tool_call(run_id):
                 pass
-    assert await reservation_state(db, "r5") == ["consumed"]
+    assert await reservation_state(shared_db, run_id) == ["consumed"]
 
 
-async def test_watch_resumes_after_the_last_seen_event(budget_address: str) -> None:
-    async with BudgetClient(budget_address) as budget:
+async def test_watch_resumes_after_the_last_seen_event(shared_budget_address: str) -> None:
+    run_id = new_id("r6")
+    async with BudgetClient(shared_budget_address) as budget:
         await budget.open_run(
-            "r6", project_id="p", policy=BudgetPolicy(max_tokens=100, threshold_percent=50)
+            run_id, project_id="p", policy=BudgetPolicy(max_tokens=100, threshold_percent=50)
         )
-        await budget.consume("r6", model="gpt-4o", usage=Amounts(tokens=60))
+        await budget.consume(run_id, model="gpt-4o", usage=Amounts(tokens=60))
         seen = []
-        async for event in budget.watch("r6"):
+        async for event in budget.watch(run_id):
             seen.append(event.type)
             if len(seen) == 3:
                 break
         assert seen == ["budget.reserved", "budget.consumed", "budget.threshold.crossed"]
-        await budget.consume("r6", model="gpt-4o", usage=Amounts(tokens=40))
+        await budget.consume(run_id, model="gpt-4o", usage=Amounts(tokens=40))
         later = []
-        async for event in budget.watch("r6", after_seq=3):
+        async for event in budget.watch(run_id, after_seq=3):
             later.append((event.seq, event.type))
             if event.type == "budget.exhausted":
                 break

@@ -42,26 +42,28 @@ from ration_client import (
 )
 from ration_client import errors as client_errors
 from ration_client.holds import WorstCase
-from tests.support.servers import StartServer
+from tests.support.ids import new_id
+from tests.support.servers import SharedServers
 
 
 @pytest.fixture
-async def budget(start_server: StartServer) -> AsyncIterator[BudgetClient]:
-    runner = await start_server("budget")
-    async with BudgetClient(f"127.0.0.1:{runner.port}") as client:
+async def budget(shared_servers: SharedServers) -> AsyncIterator[BudgetClient]:
+    """A client of the module's budget server: every test keeps to fresh run and scope ids."""
+    async with BudgetClient(shared_servers.address("budget")) as client:
         yield client
 
 
 async def test_a_run_is_a_view_with_decimal_cost_none_for_unbounded_and_enum_members(
     budget: BudgetClient,
 ) -> None:
+    run_id = new_id("v1")
     policy = BudgetPolicy(max_cost_nanos=usd("1.00"), max_tokens=1000)
-    opened = await budget.open_run("v1", project_id="p", agent_id="a", policy=policy)
-    await budget.consume("v1", model="gpt-4o", usage=Amounts(tokens=10, cost_nanos=usd("0.25")))
-    run = await budget.get_run("v1")
+    opened = await budget.open_run(run_id, project_id="p", agent_id="a", policy=policy)
+    await budget.consume(run_id, model="gpt-4o", usage=Amounts(tokens=10, cost_nanos=usd("0.25")))
+    run = await budget.get_run(run_id)
     assert isinstance(run, Run)
     assert not isinstance(run, Message)
-    assert (opened.run_id, opened.agent_id, opened.state) == ("v1", "a", RunState.ACTIVE)
+    assert (opened.run_id, opened.agent_id, opened.state) == (run_id, "a", RunState.ACTIVE)
     assert run.state is RunState.ACTIVE
     assert run.outcome is None
     assert run.created_at.tzinfo is not None
@@ -86,15 +88,16 @@ async def test_a_run_is_a_view_with_decimal_cost_none_for_unbounded_and_enum_mem
 
 
 async def test_refusals_carry_typed_amounts_scope_and_retry_after(budget: BudgetClient) -> None:
+    run_id = new_id("v2")
     policy = BudgetPolicy(
         max_cost_nanos=usd("1.00"),
         max_tokens=100,
         model_allow=ModelPatterns(patterns=["gpt-*"]),
     )
-    await budget.open_run("v2", project_id="p", policy=policy)
-    first = await budget.reserve("v2", model="gpt-4o", estimate=Amounts(tokens=60))
+    await budget.open_run(run_id, project_id="p", policy=policy)
+    first = await budget.reserve(run_id, model="gpt-4o", estimate=Amounts(tokens=60))
     with pytest.raises(BudgetHeld) as held:
-        await budget.reserve("v2", model="gpt-4o", estimate=Amounts(tokens=60))
+        await budget.reserve(run_id, model="gpt-4o", estimate=Amounts(tokens=60))
     h = held.value
     assert (h.dimension, h.limit, h.consumed, h.held, h.requested) == (
         Dimension.TOKENS,
@@ -105,12 +108,12 @@ async def test_refusals_carry_typed_amounts_scope_and_retry_after(budget: Budget
     )
     assert h.retry_after is not None
     assert h.retry_after > timedelta(0)
-    await budget.release("v2", first.reservation.reservation_id)
+    await budget.release(run_id, first.reservation.reservation_id)
     with pytest.raises(ModelDenied) as denied:
-        await budget.reserve("v2", model="claude-3", estimate=Amounts(tokens=1))
+        await budget.reserve(run_id, model="claude-3", estimate=Amounts(tokens=1))
     assert (denied.value.model, denied.value.scope) == ("claude-3", Scope.RUN)
     with pytest.raises(BudgetExhausted) as exhausted:
-        await budget.reserve("v2", model="gpt-4o", estimate=Amounts(cost_nanos=usd("1.5")))
+        await budget.reserve(run_id, model="gpt-4o", estimate=Amounts(cost_nanos=usd("1.5")))
     e = exhausted.value
     assert (e.dimension, e.limit, e.observed) == (Dimension.COST, Decimal("1"), Decimal("1.5"))
     assert isinstance(e.limit, Decimal)
@@ -151,9 +154,11 @@ def test_a_pool_refusal_names_its_scope_and_the_next_window() -> None:
 
 
 async def test_scope_budgets_round_trip_as_views(budget: BudgetClient) -> None:
+    run_id = new_id("v3")
+    travel = new_id("travel")
     policy = Policy(max_cost=Decimal("5"), max_tokens=10_000, model_deny=("o1*",))
     put = await budget.put_scope_budget(
-        Scope.PROJECT, "travel", ScopeBudgetKind.POOLED, policy=policy, window=Window.DAY
+        Scope.PROJECT, travel, ScopeBudgetKind.POOLED, policy=policy, window=Window.DAY
     )
     assert (put.scope, put.kind, put.window, put.enforcement) == (
         Scope.PROJECT,
@@ -164,9 +169,9 @@ async def test_scope_budgets_round_trip_as_views(budget: BudgetClient) -> None:
     assert (put.version, put.policy.max_cost, put.policy.model_deny) == (1, Decimal(5), ("o1*",))
     assert put.policy.model_allow is None
     assert put.balance is None
-    await budget.open_run("v3", project_id="travel")
-    await budget.consume("v3", model="gpt-4o", usage=Amounts(tokens=7, cost_nanos=usd("0.5")))
-    got = await budget.get_scope_budget(Scope.PROJECT, "travel", ScopeBudgetKind.POOLED)
+    await budget.open_run(run_id, project_id=travel)
+    await budget.consume(run_id, model="gpt-4o", usage=Amounts(tokens=7, cost_nanos=usd("0.5")))
+    got = await budget.get_scope_budget(Scope.PROJECT, travel, ScopeBudgetKind.POOLED)
     assert got.balance is not None
     today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     assert got.balance.window_start == today
@@ -175,26 +180,27 @@ async def test_scope_budgets_round_trip_as_views(budget: BudgetClient) -> None:
     assert by_dimension[Dimension.COST].remaining == Decimal("4.5")
     assert by_dimension[Dimension.TOKENS].remaining == 9993
     again = await budget.put_scope_budget(
-        Scope.PROJECT, "travel", ScopeBudgetKind.POOLED, policy=got.policy, window=got.window
+        Scope.PROJECT, travel, ScopeBudgetKind.POOLED, policy=got.policy, window=got.window
     )
     assert (again.version, again.policy) == (2, got.policy)
-    await budget.delete_scope_budget(Scope.PROJECT, "travel", ScopeBudgetKind.POOLED)
+    await budget.delete_scope_budget(Scope.PROJECT, travel, ScopeBudgetKind.POOLED)
     with pytest.raises(NotFound):
-        await budget.get_scope_budget(Scope.PROJECT, "travel", ScopeBudgetKind.POOLED)
+        await budget.get_scope_budget(Scope.PROJECT, travel, ScopeBudgetKind.POOLED)
 
 
 async def test_interrupt_resume_check_close_events_and_capabilities_are_views(
     budget: BudgetClient,
 ) -> None:
+    run_id = new_id("v4")
     policy = Policy(max_tokens=10, on_exhaustion=OnExhaustion.INTERRUPT)  # a view as input
-    await budget.open_run("v4", project_id="p", policy=policy)
-    consumed = await budget.consume("v4", model="gpt-4o", usage=Amounts(tokens=11))
+    await budget.open_run(run_id, project_id="p", policy=policy)
+    consumed = await budget.consume(run_id, model="gpt-4o", usage=Amounts(tokens=11))
     assert (consumed.state, consumed.reservation_state) == (RunState.INTERRUPTED, None)
     assert consumed.overrun == Amounts()
-    resumed = await budget.resume_run("v4", delta=Amounts(tokens=100), approver="ops on call")
+    resumed = await budget.resume_run(run_id, delta=Amounts(tokens=100), approver="ops on call")
     assert (resumed.state, resumed.effective_budget.max_tokens) == (RunState.ACTIVE, 110)
     assert resumed.policy_version == 2
-    checked = await budget.check("v4", estimate=Amounts(tokens=5), model="gpt-4o")
+    checked = await budget.check(run_id, estimate=Amounts(tokens=5), model="gpt-4o")
     assert isinstance(checked, CheckResult)
     assert (checked.would_grant, checked.state, checked.refusal_reason) == (
         True,
@@ -204,20 +210,20 @@ async def test_interrupt_resume_check_close_events_and_capabilities_are_views(
     assert checked.model_verdict is not None
     assert (checked.model_verdict.allowed, checked.model_verdict.scope) == (True, None)
     reserved = await budget.reserve(
-        "v4", model="gpt-4o", estimate=Amounts(tokens=500), mode=ReserveMode.UP_TO
+        run_id, model="gpt-4o", estimate=Amounts(tokens=500), mode=ReserveMode.UP_TO
     )
     assert reserved.reservation.state is ReservationState.OPEN
     assert (reserved.reservation.requested.tokens, reserved.reservation.granted.tokens) == (
         500,
         99,
     )
-    closed = await budget.close_run("v4", RunOutcome.CANCELLED)
+    closed = await budget.close_run(run_id, RunOutcome.CANCELLED)
     assert (closed.run.state, closed.run.outcome, closed.released_holds) == (
         RunState.CLOSED,
         RunOutcome.CANCELLED,
         1,
     )
-    events = await budget.list_events("v4")
+    events = await budget.list_events(run_id)
     assert [e.type for e in events][:3] == [
         RunEventType.BUDGET_RESERVED,
         RunEventType.BUDGET_CONSUMED,
@@ -225,7 +231,7 @@ async def test_interrupt_resume_check_close_events_and_capabilities_are_views(
     ]
     assert events[1].payload == {"dimension": "tokens", "consumed": 11, "limit": 10, "remaining": 0}
     watched = []
-    async for event in budget.watch("v4", after_seq=len(events) - 1):
+    async for event in budget.watch(run_id, after_seq=len(events) - 1):
         watched.append(event)
         break
     assert watched == events[-1:]
@@ -237,9 +243,10 @@ async def test_interrupt_resume_check_close_events_and_capabilities_are_views(
 
 
 async def test_cost_event_payloads_read_as_decimal_usd(budget: BudgetClient) -> None:
-    await budget.open_run("v5", project_id="p", policy=BudgetPolicy(max_cost_nanos=usd("0.10")))
-    await budget.consume("v5", model="m", usage=Amounts(cost_nanos=usd("0.03")))
-    consumed = [e for e in await budget.list_events("v5") if e.type == "budget.consumed"]
+    run_id = new_id("v5")
+    await budget.open_run(run_id, project_id="p", policy=BudgetPolicy(max_cost_nanos=usd("0.10")))
+    await budget.consume(run_id, model="m", usage=Amounts(cost_nanos=usd("0.03")))
+    consumed = [e for e in await budget.list_events(run_id) if e.type == "budget.consumed"]
     assert consumed[0].payload["consumed"] == Decimal("0.03")
     assert isinstance(consumed[0].payload["remaining"], Decimal)
 
@@ -250,9 +257,10 @@ PRICES = Prices(input_per_million=Decimal("2.50"), output_per_million=Decimal("1
 async def test_call_reserves_the_worst_case_of_prompt_and_max_output_tokens(
     budget: BudgetClient,
 ) -> None:
-    await budget.open_run("v6", project_id="p")
+    run_id = new_id("v6")
+    await budget.open_run(run_id, project_id="p")
     async with budget.call(
-        "v6", model="gpt-4o", prompt_tokens=1000, max_output_tokens=500, prices=PRICES
+        run_id, model="gpt-4o", prompt_tokens=1000, max_output_tokens=500, prices=PRICES
     ) as hold:
         # 1000 * $2.50/M + 500 * $10/M = $0.0075
         assert hold.reservation is not None
@@ -264,7 +272,7 @@ async def test_call_reserves_the_worst_case_of_prompt_and_max_output_tokens(
     assert settled.overrun == Amounts()
     assert settled.reservation_state is ReservationState.CONSUMED
     with pytest.raises(ValueError, match="either estimate or max_output_tokens"):
-        budget.call("v6", model="m", estimate=Amounts(tokens=1), max_output_tokens=5)
+        budget.call(run_id, model="m", estimate=Amounts(tokens=1), max_output_tokens=5)
 
 
 @pytest.mark.parametrize(
@@ -279,7 +287,7 @@ async def test_call_reserves_the_worst_case_of_prompt_and_max_output_tokens(
 async def test_an_up_to_grant_tells_the_max_tokens_that_cannot_overrun(
     budget: BudgetClient, limits: Policy, fits: int
 ) -> None:
-    run_id = f"v7-{fits}"
+    run_id = new_id(f"v7-{fits}")
     await budget.open_run(run_id, project_id="p", policy=limits)
     async with budget.call(
         run_id,

@@ -8,6 +8,7 @@ from ration.budget.v1 import budget_pb2
 from ration.memory.v1 import memory_pb2
 from tests.support.budget import Budget
 from tests.support.errors import rpc_error
+from tests.support.ids import new_id
 from tests.support.memory import Memory, pb
 from tests.support.scenarios import run_everything
 
@@ -39,6 +40,7 @@ SCOPE_WORDS = {
 async def test_run_events_carry_enum_types_and_the_deprecated_strings_alike(
     budget_channel: grpc.aio.Channel,
 ) -> None:
+    # run_everything's runs and pools have fixed ids: a database of its own.
     budget = Budget(budget_channel)
     await run_everything(budget)
     seen_types, seen_scopes = set(), set()
@@ -59,10 +61,10 @@ async def test_run_events_carry_enum_types_and_the_deprecated_strings_alike(
     assert seen_scopes >= {"run", "project"}
 
 
-async def test_watched_events_carry_the_enum_type(budget_channel: grpc.aio.Channel) -> None:
-    budget = Budget(budget_channel)
-    await budget.open_run("watch-enum", max_tokens=10)
-    stream = budget.stub.WatchRunEvents(budget_pb2.WatchRunEventsRequest(run_id="watch-enum"))
+async def test_watched_events_carry_the_enum_type(shared_budget_channel: grpc.aio.Channel) -> None:
+    budget, run_id = Budget(shared_budget_channel), new_id("watch-enum")
+    await budget.open_run(run_id, max_tokens=10)
+    stream = budget.stub.WatchRunEvents(budget_pb2.WatchRunEventsRequest(run_id=run_id))
     first = await stream.read()
     stream.cancel()
     assert (first.event.type, first.event.event_type) == (
@@ -73,18 +75,20 @@ async def test_watched_events_carry_the_enum_type(budget_channel: grpc.aio.Chann
 
 
 async def test_budget_capabilities_name_enforcement_and_scopes_as_enums(
-    budget_channel: grpc.aio.Channel,
+    shared_budget_channel: grpc.aio.Channel,
 ) -> None:
-    reply = await Budget(budget_channel).stub.GetCapabilities(budget_pb2.GetCapabilitiesRequest())
+    reply = await Budget(shared_budget_channel).stub.GetCapabilities(
+        budget_pb2.GetCapabilitiesRequest()
+    )
     assert (reply.budget.enforce, reply.budget.enforcement) == ("hard", budget_pb2.ENFORCEMENT_HARD)
     assert list(reply.budget.scopes) == ["run", "workflow", "agent", "project"]
     assert [SCOPE_WORDS[s] for s in reply.budget.scope_levels] == list(reply.budget.scopes)
 
 
 async def test_list_changes_pages_exactly_as_get_changes(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "contracts/changes")
+    memory = Memory(shared_memory_channel, new_id("contracts/changes"))
     first = await memory.append(*(f"entry {n}" for n in range(5)))
     await memory.forget(first.entries[0].entry_id, reason="stale")
 
@@ -106,9 +110,9 @@ async def test_list_changes_pages_exactly_as_get_changes(
 
 
 async def test_revisions_carry_their_operation_as_enum_and_word(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "contracts/revisions")
+    memory = Memory(shared_memory_channel, new_id("contracts/revisions"))
     appended = await memory.append("one", "one")
     await memory.forget(appended.entries[0].entry_id)
     await memory.reactivate(appended.entries[0].entry_id)
@@ -123,9 +127,10 @@ async def test_revisions_carry_their_operation_as_enum_and_word(
 
 
 async def test_memory_capabilities_name_modes_and_counter_as_enums(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    reply = await Memory(memory_channel, "x").stub.GetCapabilities(pb.GetCapabilitiesRequest())
+    stub = Memory(shared_memory_channel, "x").stub  # capabilities name no memory
+    reply = await stub.GetCapabilities(pb.GetCapabilitiesRequest())
     words = {memory_pb2.SEARCH_MODE_SEMANTIC: "semantic", memory_pb2.SEARCH_MODE_FILTER: "filter"}
     assert reply.search.modes
     assert [words[m] for m in reply.search.search_modes] == list(reply.search.modes)

@@ -8,6 +8,7 @@ from google.rpc import error_details_pb2
 
 from ration.memory.v1 import memory_pb2
 from tests.support.errors import rpc_error
+from tests.support.ids import new_id
 from tests.support.memory import Memory, pb
 from tests.support.servers import StartServer
 
@@ -18,9 +19,9 @@ async def grow(memory: Memory, revisions: int) -> None:
 
 
 async def test_100_revisions_read_in_one_window_and_101_are_refused(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "history/long")
+    memory = Memory(shared_memory_channel, new_id("history/long"))
     await grow(memory, 150)
 
     window = await memory.revisions(0, 100)
@@ -64,9 +65,9 @@ async def test_history_window_is_refused_before_anything_is_loaded(
 
 
 async def test_invalid_history_bounds_are_invalid_argument(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "history/bounds")
+    memory = Memory(shared_memory_channel, new_id("history/bounds"))
     await grow(memory, 5)
     for since, through, field in (
         (-1, 3, "since"),
@@ -85,9 +86,9 @@ async def test_invalid_history_bounds_are_invalid_argument(
 
 
 async def test_changes_page_through_one_revision_or_everything_since(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "history/changes")
+    memory = Memory(shared_memory_channel, new_id("history/changes"))
     first = await memory.append(*(f"entry {n}" for n in range(5)))
     ids = sorted((e.entry_id for e in first.entries), key=str.encode)
     await memory.forget(ids[0], ids[1], reason="stale")
@@ -127,9 +128,9 @@ async def test_changes_page_through_one_revision_or_everything_since(
 
 
 async def test_capacity_of_a_past_revision_and_of_one_that_does_not_exist(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "history/capacity")
+    memory = Memory(shared_memory_channel, new_id("history/capacity"))
     first = await memory.append("one", "two")
     await memory.forget(first.entries[0].entry_id)
     past = await memory.capacity(1)
@@ -141,9 +142,9 @@ async def test_capacity_of_a_past_revision_and_of_one_that_does_not_exist(
 
 
 async def test_citations_resolve_against_the_exact_revision_they_name(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "history/cite")
+    memory = Memory(shared_memory_channel, new_id("history/cite"))
     original = (await memory.append("the sky is green")).entries[0]
     revised = (await memory.revise(original.entry_id, "the sky is blue", reason="fix")).entry
     assert (revised.version, revised.previous_version_id) == (2, original.entry_version_id)
@@ -158,16 +159,16 @@ async def test_citations_resolve_against_the_exact_revision_they_name(
 
 
 async def test_entry_versions_are_readable_until_they_expire(
-    memory_channel: grpc.aio.Channel, db: asyncpg.Connection
+    shared_memory_channel: grpc.aio.Channel, shared_db: asyncpg.Connection
 ) -> None:
-    memory = Memory(memory_channel, "history/versions")
+    memory = Memory(shared_memory_channel, new_id("history/versions"))
     stored = (await memory.append("kept")).entries[0]
     assert await memory.version(stored.entry_version_id) == stored
     for unknown in ("mem_ver_" + "0" * 32, "not-an-id"):
         error = await rpc_error(memory.version(unknown))
         assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "ENTRY_NOT_FOUND")
     # Time passes (no sleeping): the stored expiry moves into the past.
-    await db.execute(
+    await shared_db.execute(
         "UPDATE memory.entry_versions SET expires_at = now() - interval '1 second'"
         " WHERE entry_version_id = $1",
         stored.entry_version_id,

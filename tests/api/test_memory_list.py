@@ -1,4 +1,7 @@
-"""ListMemory through the real server: the budgeted prefix, limits, pinning, expiry, refusals."""
+"""ListMemory through the real server: the budgeted prefix, limits, pinning, expiry, refusals.
+
+The tests share the module's server and database, each on memory refs of its own; the two
+that configure the server or read its metrics start their own."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from google.protobuf import timestamp_pb2
 
 from ration.memory.v1 import memory_pb2 as m
 from tests.support.errors import rpc_error
+from tests.support.ids import new_id
 from tests.support.memory import Memory, entry
 from tests.support.servers import StartServer
 
@@ -34,9 +38,9 @@ async def append_in_order(memory: Memory, *contents: str) -> list[m.EntryVersion
 
 
 async def test_budget_800_chars_returns_the_newest_prefix_that_fits_never_the_1000(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "list/acceptance-1")
+    memory = Memory(shared_memory_channel, new_id("list/acceptance-1"))
     big, a, b, c, small = await append_in_order(
         memory,
         text(1000, "big"),
@@ -73,9 +77,9 @@ async def test_budget_800_chars_returns_the_newest_prefix_that_fits_never_the_10
 
 
 async def test_an_entry_larger_than_the_budget_ranked_first_gives_an_empty_answer(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "list/only-big")
+    memory = Memory(shared_memory_channel, new_id("list/only-big"))
     (big,) = await append_in_order(memory, text(1000, "alone"))
     reply = await memory.list_memory(token_budget=800, token_counter=CHARS)
     assert list(reply.entries) == []
@@ -85,9 +89,9 @@ async def test_an_entry_larger_than_the_budget_ranked_first_gives_an_empty_answe
 
 
 async def test_limit_and_budget_together_whichever_yields_fewer_wins(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "list/limit")
+    memory = Memory(shared_memory_channel, new_id("list/limit"))
     stored = await append_in_order(memory, *(text(100, f"n{i}") for i in range(5)))
     newest_first = [s.entry_id for s in reversed(stored)]
     by_limit = await memory.list_memory(token_budget=1000, limit=2, token_counter=CHARS)
@@ -118,9 +122,9 @@ async def test_the_server_cap_bounds_every_answer_and_says_so(start_server: Star
 
 
 async def test_sizes_are_reported_in_the_requested_unit_and_default_to_o200k(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "list/units")
+    memory = Memory(shared_memory_channel, new_id("list/units"))
     stored = (await memory.append("Grüße 🎉 from the deploy pipeline")).entries[0]
     default = await memory.list_memory(token_budget=1000)
     assert default.token_counter == m.TOKEN_COUNTER_O200K_BASE
@@ -138,8 +142,8 @@ async def test_sizes_are_reported_in_the_requested_unit_and_default_to_o200k(
         )
 
 
-async def test_tag_filter_limits_the_candidates(memory_channel: grpc.aio.Channel) -> None:
-    memory = Memory(memory_channel, "list/tags")
+async def test_tag_filter_limits_the_candidates(shared_memory_channel: grpc.aio.Channel) -> None:
+    memory = Memory(shared_memory_channel, new_id("list/tags"))
     reply = await memory.append(
         entry("tagged one", tags=["prefs"]),
         entry("untagged"),
@@ -153,9 +157,9 @@ async def test_tag_filter_limits_the_candidates(memory_channel: grpc.aio.Channel
 
 
 async def test_a_pinned_revision_hides_later_writes_and_forgotten_entries_leave(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "list/pinned")
+    memory = Memory(shared_memory_channel, new_id("list/pinned"))
     first = (await memory.append("at run start")).entries[0]
     pinned = await memory.head()
     later = (await memory.append("written during the run")).entries[0]
@@ -177,9 +181,9 @@ async def test_a_pinned_revision_hides_later_writes_and_forgotten_entries_leave(
 
 
 async def test_expired_entries_never_surface(
-    memory_channel: grpc.aio.Channel, db: asyncpg.Connection
+    shared_memory_channel: grpc.aio.Channel, shared_db: asyncpg.Connection
 ) -> None:
-    memory = Memory(memory_channel, "list/ttl")
+    memory = Memory(shared_memory_channel, new_id("list/ttl"))
     soon = datetime.now(UTC) + timedelta(seconds=30)
     stamp = timestamp_pb2.Timestamp()
     stamp.FromDatetime(soon)
@@ -189,7 +193,7 @@ async def test_expired_entries_never_surface(
     # expiry into the past before anything read the revision (versions are immutable, so the
     # server may cache what it read; tests/unit/test_memory_candidates.py covers an index
     # cached before its entries expire).
-    await db.execute(
+    await shared_db.execute(
         "UPDATE memory.entry_versions SET expires_at = now() - interval '1 second'"
         " WHERE entry_version_id = $1",
         short.entry_version_id,
@@ -207,12 +211,12 @@ async def test_expired_entries_never_surface(
 
 
 async def test_unknown_and_malformed_memories_read_as_empty(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    await Memory(memory_channel, "list/exists").append("something")
+    await Memory(shared_memory_channel, new_id("list/exists")).append("something")
     empty = [
-        await Memory(memory_channel, ref).list_memory(token_budget=100)
-        for ref in ("list/absent", "", "a/../b", "bad\x00ref", "x" * 300)
+        await Memory(shared_memory_channel, ref).list_memory(token_budget=100)
+        for ref in (new_id("list/absent"), "", "a/../b", "bad\x00ref", "x" * 300)
     ]
     assert all(len(r.entries) == 0 and r.revision == 0 for r in empty)
     assert len({r.SerializeToString(deterministic=True) for r in empty}) == 1
@@ -233,18 +237,18 @@ async def test_unknown_and_malformed_memories_read_as_empty(
     ],
 )
 async def test_bad_list_requests_are_refused_with_field_violations(
-    memory_channel: grpc.aio.Channel, fields: dict[str, object], field: str
+    shared_memory_channel: grpc.aio.Channel, fields: dict[str, object], field: str
 ) -> None:
-    error = await rpc_error(Memory(memory_channel, "list/bad").list_memory(**fields))
+    error = await rpc_error(Memory(shared_memory_channel, new_id("list/bad")).list_memory(**fields))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
     violations = error.details[0].field_violations
     assert [v.field for v in violations] == [field]
 
 
 async def test_concurrent_first_reads_of_a_revision_agree(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "list/concurrent")
+    memory = Memory(shared_memory_channel, new_id("list/concurrent"))
     await memory.append(*(f"note {i}" for i in range(40)))
     replies = await asyncio.gather(
         *(memory.list_memory(token_budget=50, token_counter=CHARS) for _ in range(8))

@@ -1,4 +1,7 @@
-"""Relevance: SearchMemory's semantic ranking, RANK_RELEVANCE on top of it, and no embedder."""
+"""Relevance: SearchMemory's semantic ranking, RANK_RELEVANCE on top of it, and no embedder.
+
+Tests on the default server share the module's, each on a memory ref of its own; those that
+configure a server, or count rows across the database, start their own."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from ration.memory.v1 import memory_service_pb2 as pb
 from ration.memory.v1 import memory_service_pb2_grpc
 from tests.support.adapters import shared_embedder
 from tests.support.errors import rpc_error
+from tests.support.ids import new_id
 from tests.support.memory import Memory, entry
 from tests.support.servers import StartServer
 
@@ -42,9 +46,9 @@ async def crafted(memory: Memory) -> list[m.EntryVersion]:
 
 
 async def test_relevance_ranks_the_paraphrased_entry_first_where_recency_does_not(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "relevance/crafted")
+    memory = Memory(shared_memory_channel, new_id("relevance/crafted"))
     stored = await crafted(memory)
     relevant = stored[0]
     budget = {"token_budget": 120, "token_counter": m.TOKEN_COUNTER_CHARS}
@@ -71,7 +75,7 @@ async def test_relevance_ranks_the_paraphrased_entry_first_where_recency_does_no
 
 
 async def test_an_exact_name_is_lifted_by_the_lexical_signal(
-    memory_channel: grpc.aio.Channel, embedder: Embedder
+    shared_memory_channel: grpc.aio.Channel, embedder: Embedder
 ) -> None:
     host = "Host tea-kettle-7 runs the nightly cache warmup."
     brewing = "Brewing a cup of tea with a kettle of boiling water."
@@ -80,7 +84,7 @@ async def test_an_exact_name_is_lifted_by_the_lexical_signal(
     # host name, and fusion puts the exact match first.
     vector = embedder.embed(query)
     assert float(vector @ embedder.embed(brewing)) > float(vector @ embedder.embed(host))
-    memory = Memory(memory_channel, "relevance/names")
+    memory = Memory(shared_memory_channel, new_id("relevance/names"))
     named, _, _ = (await memory.append(host, brewing, "Green tea is served at noon.")).entries
     hits = (await memory.search(mode=m.SEARCH_MODE_SEMANTIC, query=query)).hits
     assert hits[0].entry.entry_id == named.entry_id
@@ -89,9 +93,9 @@ async def test_an_exact_name_is_lifted_by_the_lexical_signal(
 
 
 async def test_filter_search_narrows_by_tags_and_kind_newest_first(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "relevance/filter")
+    memory = Memory(shared_memory_channel, new_id("relevance/filter"))
     old = (await memory.append(entry("old pref", kind="preference", tags=["ui"]))).entries[0]
     await memory.append(entry("a fact", kind="fact", tags=["ui"]))
     new = (await memory.append(entry("new pref", kind="preference", tags=["ui", "x"]))).entries[0]
@@ -102,7 +106,8 @@ async def test_filter_search_narrows_by_tags_and_kind_newest_first(
     assert [h.entry.entry_id for h in only] == [new.entry_id]
     limited = (await memory.search(mode=m.SEARCH_MODE_FILTER, limit=1)).hits
     assert [h.entry.entry_id for h in limited] == [new.entry_id]
-    assert (await Memory(memory_channel, "relevance/none").search(mode=2)).revision == 0
+    nothing = Memory(shared_memory_channel, new_id("relevance/none"))
+    assert (await nothing.search(mode=2)).revision == 0
 
 
 @pytest.mark.parametrize(
@@ -118,9 +123,9 @@ async def test_filter_search_narrows_by_tags_and_kind_newest_first(
     ],
 )
 async def test_bad_search_requests_are_refused(
-    memory_channel: grpc.aio.Channel, fields: dict[str, object], field: str
+    shared_memory_channel: grpc.aio.Channel, fields: dict[str, object], field: str
 ) -> None:
-    error = await rpc_error(Memory(memory_channel, "relevance/bad").search(**fields))
+    error = await rpc_error(Memory(shared_memory_channel, new_id("relevance/bad")).search(**fields))
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "VALIDATION_FAILED")
     assert [v.field for v in error.details[0].field_violations] == [field]
 
@@ -132,9 +137,9 @@ async def capabilities(channel: grpc.aio.Channel) -> tuple[pb.GetCapabilitiesRes
 
 
 async def test_with_an_embedder_both_modes_and_the_injection_budget_are_advertised(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    reply, document = await capabilities(memory_channel)
+    reply, document = await capabilities(shared_memory_channel)
     assert document["search"] == {"supported": True, "modes": ["semantic", "filter"]}
     assert document["injectionBudget"] == {"supported": True, "tokenCounter": "o200k_base"}
     assert list(reply.search.modes) == ["semantic", "filter"]

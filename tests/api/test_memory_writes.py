@@ -16,6 +16,7 @@ from memory_service.domain.token_counters import TokenCounter
 from ration.memory.v1 import memory_pb2
 from tests.support.adapters import shared_tokenizer
 from tests.support.errors import rpc_error
+from tests.support.ids import new_id
 from tests.support.memory import MEMORY_TABLES, Memory, entry, request_id
 from tests.support.servers import StartServer
 from tests.support.token_files import write_token_file
@@ -25,9 +26,9 @@ RUN_SECRET = "hunter2-but-longer"
 
 
 async def test_first_append_creates_the_memory_at_revision_1_with_sized_versions(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "writes/first")
+    memory = Memory(shared_memory_channel, new_id("writes/first"))
     text = "Les données sont prêtes 🎉 — def f(x): return x ** 2"
     reply = await memory.append(
         entry(text, kind="fact", tags=["a", "b"], metadata={"source": "chat"}),
@@ -57,9 +58,9 @@ async def test_first_append_creates_the_memory_at_revision_1_with_sized_versions
 
 
 async def test_a_stale_expected_revision_is_a_conflict(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "writes/cas")
+    memory = Memory(shared_memory_channel, new_id("writes/cas"))
     first = await memory.append("one")
     await memory.append("two", expected_revision=1)
     entry_id = first.entries[0].entry_id
@@ -75,9 +76,9 @@ async def test_a_stale_expected_revision_is_a_conflict(
 
 
 async def test_a_retried_request_id_replays_and_a_reused_one_is_refused(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "writes/idempotent")
+    memory = Memory(shared_memory_channel, new_id("writes/idempotent"))
     rid = request_id()
     first = await memory.append("once", rid=rid)
     again = await memory.append("once", rid=rid)
@@ -88,18 +89,18 @@ async def test_a_retried_request_id_replays_and_a_reused_one_is_refused(
 
 
 async def test_concurrent_appends_serialise_into_distinct_revisions(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "writes/concurrent")
+    memory = Memory(shared_memory_channel, new_id("writes/concurrent"))
     replies = await asyncio.gather(*(memory.append(f"parallel {n}") for n in range(12)))
     assert sorted(r.result.revision for r in replies) == list(range(1, 13))
     assert (await memory.capacity()).active_entry_count == 12
 
 
 async def test_forget_reactivate_and_dedupe_follow_the_manifest(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "writes/states")
+    memory = Memory(shared_memory_channel, new_id("writes/states"))
     first = await memory.append("same text", "other")
     later = await memory.append("same text")
     keep, other = (e.entry_id for e in first.entries)
@@ -125,6 +126,7 @@ async def test_forget_reactivate_and_dedupe_follow_the_manifest(
 async def test_secrets_are_redacted_before_anything_is_stored(
     memory_channel: grpc.aio.Channel, db: asyncpg.Connection
 ) -> None:
+    # It dumps whole tables: a database of its own, not the module's shared one.
     memory = Memory(memory_channel, "writes/sr1")
     reply = await memory.append(
         entry(
@@ -164,9 +166,9 @@ async def test_secrets_are_redacted_before_anything_is_stored(
 
 
 async def test_expiry_is_stored_and_must_be_in_the_future(
-    memory_channel: grpc.aio.Channel,
+    shared_memory_channel: grpc.aio.Channel,
 ) -> None:
-    memory = Memory(memory_channel, "writes/ttl")
+    memory = Memory(shared_memory_channel, new_id("writes/ttl"))
     later = datetime.now(UTC) + timedelta(days=1)
     stamp = timestamp_pb2.Timestamp(seconds=int(later.timestamp()))
     stored = (await memory.append(entry("short-lived", expires_at=stamp))).entries[0]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,13 @@ from budget_service.usecases.settings import BudgetSettings
 from memory_service.api import roles as memory_roles
 from ration.budget.v1 import budget_service_pb2_grpc
 from ration.memory.v1 import memory_service_pb2_grpc
-from servicekit.auth import check_role_table, digest
+from servicekit.auth import check_role_table
 from servicekit.db import Database
 from servicekit.server import ServiceRunner, service_methods
 from servicekit.settings import SettingsError
 from tests.support.errors import RpcErrorDetails, decode
-from tests.support.servers import StartServer, service_env
+from tests.support.servers import SharedServers, service_env
+from tests.support.token_files import write_token_file
 
 TABLES = {"budget": budget_roles.REQUIRED_ROLES, "memory": memory_roles.REQUIRED_ROLES}
 SERVICES = {"budget": budget_roles.SERVICE_NAME, "memory": memory_roles.SERVICE_NAME}
@@ -68,12 +68,8 @@ def test_the_role_table_names_every_registered_method(kind: str) -> None:
 
 
 def write_tokens(path: Path) -> Path:
-    rows = [
-        {"sha256": digest(f"{role}-token"), "tenant": "acme", "roles": [role]}
-        for role in ("reader", "writer", "admin", "approver")
-    ]
-    path.write_text(json.dumps({"tokens": rows}))
-    return path
+    roles = ("reader", "writer", "admin", "approver")
+    return write_token_file(path, *((f"{role}-token", "acme", [role]) for role in roles))
 
 
 async def call(channel: grpc.aio.Channel, kind: str, method: str, token: str) -> RpcErrorDetails:
@@ -102,13 +98,19 @@ def service_method(kind: str, name: str) -> Any:
     return service.methods_by_name[name]
 
 
+@pytest.fixture(scope="module")
+def shared_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The module's servers (one per kind, shared by every row: a refusal writes nothing, and
+    a handler that ran on an empty request refuses it) read the four role tokens."""
+    tokens = write_tokens(tmp_path_factory.mktemp("rpc-roles") / "tokens.json")
+    return {"RATION_TOKEN_FILE": str(tokens)}
+
+
 @pytest.mark.parametrize(("kind", "method", "role"), ROWS)
 async def test_each_rpc_refuses_a_caller_without_its_role(
-    start_server: StartServer, tmp_path: Path, kind: str, method: str, role: str | None
+    shared_servers: SharedServers, kind: str, method: str, role: str | None
 ) -> None:
-    tokens = write_tokens(tmp_path / "tokens.json")
-    runner = await start_server(kind, RATION_TOKEN_FILE=str(tokens))
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{runner.port}") as channel:
+    async with grpc.aio.insecure_channel(shared_servers.address(kind)) as channel:
         if role is None:  # open to any authenticated caller, even one holding only `approver`
             answered = await call(channel, kind, method, "approver-token")
             assert answered.code != grpc.StatusCode.PERMISSION_DENIED

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +15,7 @@ import jsonschema
 from budget_service.domain.events import OPENWOP_PAYLOAD_SCHEMAS
 from ration.budget.v1 import budget_pb2 as pb
 from ration.budget.v1 import budget_service_pb2_grpc
+from tests.support.ids import new_id as new_id  # re-exported: the budget tests' request ids
 
 USD = 10**9
 READ_TIMEOUT = 20  # a bound on a hang, not a speed assertion
@@ -33,10 +33,6 @@ FORBIDDEN_KEY = re.compile(
     r"price|rate|per_?token|per_?unit|card|credential|secret|password|api_?key|bearer|auth",
     re.IGNORECASE,
 )
-
-
-def new_id(prefix: str = "req") -> str:
-    return f"{prefix}-{uuid.uuid4().hex}"
 
 
 def policy(**fields: Any) -> pb.BudgetPolicy:
