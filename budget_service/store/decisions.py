@@ -131,13 +131,34 @@ async def _call(
     ]
 
 
+class RunLocked(Exception):
+    """A batch's brief wait for its runs' locks ran out: nothing was done (rolled back)."""
+
+
 async def decide(
-    db: Database, tenant: str, items: Sequence[Item], host_advisory: bool, *, wait: bool = False
+    db: Database,
+    tenant: str,
+    items: Sequence[Item],
+    host_advisory: bool,
+    *,
+    wait: bool = False,
+    brief_wait_ms: int | None = None,
 ) -> list[Answer]:
     """Decides and commits the batch; one answer per item, in order. Items of a run locked
     elsewhere are BUSY (not decided) unless `wait`, which waits for its lock within the
     batch's deadline (then STORE_BUSY, nothing done) and within the tenant's share of the
-    pool's connections, if one is set."""
+    pool's connections. With `brief_wait_ms` the batch waits for its runs' locks that long
+    at most (another replica's batch holds a run for a few milliseconds), then raises
+    RunLocked with nothing done."""
+    if brief_wait_ms is not None:
+
+        async def briefly(conn: asyncpg.Connection) -> list[Answer]:
+            try:
+                return await _call(conn, tenant, items, host_advisory, WAIT, brief_wait_ms)
+            except asyncpg.exceptions.LockNotAvailableError:
+                raise RunLocked from None
+
+        return await db.statement(briefly, retry_on=_TWIN)
     if not wait:
 
         async def skipping(conn: asyncpg.Connection) -> list[Answer]:

@@ -11,11 +11,15 @@ database go together as one statement and one transaction; each caller is answer
 that COMMIT. Concurrent Checks of a tenant share one read-only statement the same way.
 
 A run locked elsewhere (a long transaction, an operator's SELECT ... FOR UPDATE, another
-replica's slow batch) delays only its own calls (DESIGN 5, issue 24): the tenant's batch skips
-it, and its items come back BUSY, undecided. Each is sent again to a lane of its own run (a
-group commit keyed by tenant and run) whose statement waits for that run's lock, within the
-call's deadline and the statement timeout, while the tenant's batches go on with its other
-runs. Only the lane's connection waits; with a per-tenant share of the pool set
+replica's slow batch) delays only its own calls (DESIGN 5, issue 24). A tenant's batch waits
+for its runs' locks BRIEF_LOCK_WAIT_MS at most: another replica's batch on the same hot run
+holds it for milliseconds, and waiting that long is cheaper than deciding the run apart. When
+the wait runs out (nothing was done), the batch is sent again skipping the locked runs, and so
+are the tenant's batches for SKIP_SECONDS after (one brief wait per tenant and period, not one
+per batch): the locked run's items come back BUSY, undecided. Each is sent again to a lane of
+its own run (a group commit keyed by tenant and run) whose statement waits for that run's
+lock, within the call's deadline and the statement timeout, while the tenant's batches go on
+with its other runs. Only the lane's connection waits; with a per-tenant share of the pool set
 (RATION_DB_TENANT_SHARE) the lanes of a tenant hold no more than it, so many locked runs of
 one tenant cannot take the connections other tenants need.
 """
@@ -23,6 +27,7 @@ one tenant cannot take the connections other tenants need.
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 
@@ -47,6 +52,11 @@ from budget_service.usecases.transactions import Transactions
 from servicekit.batching import GroupCommit
 from servicekit.idempotency import RequestKey, request_id_reused
 
+# How long a tenant's batch waits for its runs' locks before it skips the locked ones, and how
+# long after that the tenant's batches skip at once.
+BRIEF_LOCK_WAIT_MS = 200
+SKIP_SECONDS = 2.0
+
 
 def new_reservation_id() -> str:
     return f"res_{uuid.uuid4().hex}"
@@ -68,6 +78,8 @@ class Reservations:
             observe=tx.metrics.batch_size.observe,
             default_wait=tx.settings.database.acquire_timeout_seconds,
         )
+        # Tenants whose batches skip locked runs, until when (after a brief wait ran out).
+        self._skipping: dict[str, float] = {}
         # The lanes of runs locked elsewhere: one batch per run at the database, waiting.
         self._locked_runs: GroupCommit[tuple[str, str], decisions.Item, decisions.Answer] = (
             GroupCommit(
@@ -86,7 +98,17 @@ class Reservations:
         )
 
     async def _decide(self, tenant: str, items: Sequence[decisions.Item]) -> list[decisions.Answer]:
-        return await decisions.decide(self._tx.db, tenant, items, self._tx.host_advisory)
+        db, advisory = self._tx.db, self._tx.host_advisory
+        skipping_until = self._skipping.get(tenant)
+        if skipping_until is None or skipping_until <= time.monotonic():
+            self._skipping.pop(tenant, None)
+            try:
+                return await decisions.decide(
+                    db, tenant, items, advisory, brief_wait_ms=BRIEF_LOCK_WAIT_MS
+                )
+            except decisions.RunLocked:
+                self._skipping[tenant] = time.monotonic() + SKIP_SECONDS
+        return await decisions.decide(db, tenant, items, advisory)
 
     async def _decide_waiting(
         self, lane: tuple[str, str], items: Sequence[decisions.Item]
