@@ -38,9 +38,13 @@ POOL = {
 BOUND = 30.0
 SHORT = 1.5  # the deadline of a call that cannot wait for the stalled one
 
+# A statement waiting on a lock for longer than a budget batch's brief wait (200 ms,
+# budget_service/usecases/reservations.py): the brief wait lets its connection go before the
+# run's lane waits for good, so only a wait past it holds the pool's one connection.
 WAITING_ON_A_LOCK = (
     "SELECT count(*) FROM pg_stat_activity"
     " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    " AND now() - query_start > interval '500 milliseconds'"
 )
 
 
