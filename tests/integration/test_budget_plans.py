@@ -276,21 +276,26 @@ async def compare(conn: asyncpg.Connection, first_round: int, when: str) -> None
         assert big[statement] <= 2 * pages_fresh + 40, (when, statement, big, fresh)
 
 
+async def plan_session(owner: asyncpg.Connection, app: asyncpg.Connection, app_url: str) -> None:
+    """`app` becomes the application role with auto_explain loaded by the superuser before
+    (the embedded server of a run without TEST_DATABASE_URL ships no auto_explain: there only
+    the pages are compared); `owner` turns autovacuum off, so statistics come only when a
+    test says so."""
+    with contextlib.suppress(asyncpg.UndefinedFileError):
+        for statement in _AUTO_EXPLAIN:
+            await app.execute(statement)
+    await app.execute(f'SET ROLE "{urlsplit(app_url).username}"')
+    for table in _TABLES:
+        await owner.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
+
+
 async def test_a_batch_reads_no_more_pages_on_a_big_tenant_than_on_a_fresh_one(
     app_database_url: str, database_url: str
 ) -> None:
     owner = await asyncpg.connect(database_url)  # the superuser: row-level security aside
     app = await asyncpg.connect(database_url)
     try:
-        # The application role, with auto_explain loaded by the superuser before becoming it.
-        # (The embedded server of a run without TEST_DATABASE_URL ships no auto_explain: there
-        # only the pages are compared.)
-        with contextlib.suppress(asyncpg.UndefinedFileError):
-            for statement in _AUTO_EXPLAIN:
-                await app.execute(statement)
-        await app.execute(f'SET ROLE "{urlsplit(app_database_url).username}"')
-        for table in _TABLES:  # statistics only when this test says so
-            await owner.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
+        await plan_session(owner, app, app_database_url)
         for tenant, runs in ((BIG, len(HOT)), (FRESH, len(HOT))):
             await owner.execute(_SCOPE, tenant)
             await owner.execute(_RUNS, tenant, runs, 0)

@@ -10,15 +10,12 @@ by another transaction while each measured batch runs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from typing import Any
-from urllib.parse import urlsplit
 
 import asyncpg
 
 from tests.integration.test_budget_plans import (
-    _AUTO_EXPLAIN,
     _HOLDS,
     _REPLIES,
     _RUNS,
@@ -30,6 +27,7 @@ from tests.integration.test_budget_plans import (
     OLD_WINDOWS,
     SMALL_TENANTS,
     batch,
+    plan_session,
     tenant_reads,
 )
 
@@ -83,12 +81,7 @@ async def test_a_batch_skipping_a_locked_run_probes_by_its_keys_on_a_big_tenant(
     owner = await asyncpg.connect(database_url)  # the superuser: row-level security aside
     app = await asyncpg.connect(database_url)
     try:
-        with contextlib.suppress(asyncpg.UndefinedFileError):
-            for statement in _AUTO_EXPLAIN:
-                await app.execute(statement)
-        await app.execute(f'SET ROLE "{urlsplit(app_database_url).username}"')
-        for table in _TABLES:
-            await owner.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = off)")
+        await plan_session(owner, app, app_database_url)
         await owner.execute(_SCOPE, TENANT)
         await owner.execute(_RUNS, TENANT, len(HOT), 0)
         await app.execute("SET plan_cache_mode = force_generic_plan")
