@@ -16,12 +16,9 @@ import grpc
 
 from ration.budget.v1 import budget_pb2 as pb
 from tests.support.budget import READ_TIMEOUT, Budget, new_id
+from tests.support.postgres import lock_waiters
 
 T = TypeVar("T")
-
-_WAITING = """
-SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"""
 
 
 async def twins_behind_the_run_lock(
@@ -33,7 +30,7 @@ async def twins_behind_the_run_lock(
         await db.execute("SELECT 1 FROM budget.runs WHERE run_id = $1 FOR UPDATE", run_id)
         calls = [asyncio.ensure_future(call()) for _ in range(2)]
         deadline = time.monotonic() + READ_TIMEOUT  # a bound on a hang, not a speed assertion
-        while await db.fetchval(_WAITING) < 2:
+        while await lock_waiters(db) < 2:
             assert time.monotonic() < deadline, "the twins never reached the run's lock"
             await asyncio.sleep(0.01)
     first, second = await asyncio.gather(*calls)

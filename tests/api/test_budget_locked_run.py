@@ -17,16 +17,12 @@ from ration.budget.v1 import budget_pb2 as pb
 from servicekit.server import ServiceRunner
 from tests.support.budget import READ_TIMEOUT, Budget, new_id
 from tests.support.errors import rpc_error
+from tests.support.postgres import lock_waiters
 from tests.support.servers import StartServer, scrape
 
 # Each call's deadline: on a service whose tenant batch waited for the locked run, the other
 # run's calls would wait on the lock until it ran out.
 CALL_DEADLINE = 10.0
-
-# The service's statement waiting in the database for a row lock.
-_WAITING = """
-SELECT count(*) FROM pg_stat_activity
-WHERE datname = current_database() AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"""
 
 
 @pytest.fixture
@@ -65,7 +61,7 @@ async def test_a_run_locked_elsewhere_delays_only_its_own_calls(
         )
         waiting = asyncio.ensure_future(reserve(budget, "locked", 100))
         bound = time.monotonic() + READ_TIMEOUT  # a bound on a hang, not a speed assertion
-        while await db.fetchval(_WAITING) < 1:
+        while await lock_waiters(db) < 1:
             assert time.monotonic() < bound, "the locked run's Reserve never reached its lock"
             assert not waiting.done(), waiting.result()
             await asyncio.sleep(0.01)
@@ -127,7 +123,7 @@ async def test_a_call_on_a_run_locked_past_its_deadline_is_store_busy_and_writes
         busy = await rpc_error(budget.stub.Reserve(request, timeout=3))
         assert (busy.code, busy.reason) == (grpc.StatusCode.UNAVAILABLE, "STORE_BUSY")
         bound = time.monotonic() + READ_TIMEOUT
-        while await db.fetchval(_WAITING) > 0:
+        while await lock_waiters(db) > 0:
             assert time.monotonic() < bound, "the lane kept waiting for the lock"
             await asyncio.sleep(0.05)
     finally:
@@ -205,12 +201,12 @@ async def test_a_tenants_locked_runs_hold_at_most_a_quarter_of_the_pool(
             )
             waiting = [asyncio.ensure_future(reserve(budget, r, 100)) for r in locked]
             bound = time.monotonic() + READ_TIMEOUT
-            while await db.fetchval(_WAITING) < 2:
+            while await lock_waiters(db) < 2:
                 assert time.monotonic() < bound, "the lanes never reached their locks"
                 await asyncio.sleep(0.01)
             granted = await reserve(budget, "free", 10)  # the free run flows meanwhile
             assert granted.reservation.granted.tokens == 10
-            assert await db.fetchval(_WAITING) == 2  # the other lanes wait for the share
+            assert await lock_waiters(db) == 2  # the other lanes wait for the share
             assert not any(w.done() for w in waiting)
         finally:
             await outside.rollback()

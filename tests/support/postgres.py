@@ -22,6 +22,21 @@ def with_database(url: str, name: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/" + name, parts.query, parts.fragment))
 
 
+async def lock_waiters(db: asyncpg.Connection, *, waited_ms: int = 0) -> int:
+    """Sessions of this database (but `db`'s) waiting for a lock now, for at least `waited_ms`.
+    pg_stat_activity is read once per transaction and kept, so the snapshot is cleared first:
+    polled inside a transaction, it would otherwise answer what it saw the first time."""
+    await db.execute("SELECT pg_stat_clear_snapshot()")
+    return int(
+        await db.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            " AND clock_timestamp() - query_start >= make_interval(secs => $1::float8 / 1000)",
+            waited_ms,
+        )
+    )
+
+
 def docker_answers() -> bool:
     if shutil.which("docker") is None:
         return False

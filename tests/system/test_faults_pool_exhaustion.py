@@ -25,6 +25,7 @@ from ration.budget.v1 import budget_pb2 as pb
 from tests.support.budget import Budget, new_id
 from tests.support.errors import decode
 from tests.support.memory import Memory
+from tests.support.postgres import lock_waiters
 from tests.support.servers import StartServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,11 +42,7 @@ SHORT = 1.5  # the deadline of a call that cannot wait for the stalled one
 # A statement waiting on a lock for longer than a budget batch's brief wait (200 ms,
 # budget_service/usecases/reservations.py): the brief wait lets its connection go before the
 # run's lane waits for good, so only a wait past it holds the pool's one connection.
-WAITING_ON_A_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock'"
-    " AND now() - query_start > interval '500 milliseconds'"
-)
+WAITED_ON_A_LOCK_MS = 500
 
 
 async def stall(db: asyncpg.Connection, start: Callable[[], Awaitable[Any]]) -> asyncio.Task[Any]:
@@ -55,7 +52,7 @@ async def stall(db: asyncpg.Connection, start: Callable[[], Awaitable[Any]]) -> 
     while True:
         task = asyncio.ensure_future(start())
         while not task.done():
-            if await db.fetchval(WAITING_ON_A_LOCK):
+            if await lock_waiters(db, waited_ms=WAITED_ON_A_LOCK_MS):
                 return task
             assert time.monotonic() < deadline, "the call never reached the lock"
             await asyncio.sleep(0.02)
