@@ -239,7 +239,9 @@ async def test_a_killed_replicas_lease_expires_and_another_takes_over(
     assert len(set(ids(accepted))) == 8
 
 
-async def test_two_replicas_deliver_each_alert_once(as_: As, make_settings: MakeSettings) -> None:
+async def test_two_replicas_deliver_each_alert_once(
+    as_: As, make_settings: MakeSettings, db: asyncpg.Connection
+) -> None:
     alpha = as_("alpha")
     with Receiver() as receiver:
         settings = make_settings(
@@ -248,6 +250,7 @@ async def test_two_replicas_deliver_each_alert_once(as_: As, make_settings: Make
         async with notifying(settings, holder="a") as a, notifying(settings, holder="b") as b:
             await asyncio.gather(breach(alpha, "r1"), breach(alpha, "r2"))
             accepted = await receiver.wait_accepted(8)
+            await wait_delivered(db, "alpha", "ops", 8)  # counted by the sender too
             counts = sorted([a.followers[0].delivered, b.followers[0].delivered])
         assert len(receiver.received) == 8
     assert counts == [0, 8]  # one lease holder delivered everything
@@ -311,7 +314,7 @@ async def test_a_slow_name_lookup_holds_only_the_posts_to_that_name() -> None:
 
 
 async def test_no_delivery_is_posted_twice_while_its_post_is_in_flight(
-    as_: As, make_settings: MakeSettings
+    as_: As, make_settings: MakeSettings, db: asyncpg.Connection
 ) -> None:
     """Two replicas; the first POSTs drip for twice the lease. Each is cut at the deadline and
     retried by the lease holder (a second later: the receiver sees the cut POST end first);
@@ -325,6 +328,9 @@ async def test_no_delivery_is_posted_twice_while_its_post_is_in_flight(
         async with notifying(settings, holder="a") as a, notifying(settings, holder="b") as b:
             await breach(as_("alpha"), "r")
             accepted = await receiver.wait_accepted(4)
+            # The receiver records a POST as it answers; the sender counts it once it has read
+            # the answer, and stores it just after.
+            await wait_delivered(db, "alpha", "ops", 4)
             counts = sorted([a.followers[0].delivered, b.followers[0].delivered])
         received = receiver.received
     assert max(receiver.most_in_flight.values()) == 1

@@ -161,8 +161,10 @@ class Receiver:
 
     @property
     def received(self) -> list[Received]:
+        """Every POST answered or cut off, in the order they arrived (a handler thread records
+        its POST after answering it, so the next POST's thread may record first)."""
         with self._lock:
-            return list(self._received)
+            return sorted(self._received, key=lambda r: r.started)
 
     def accepted(self, path: str | None = None) -> list[Received]:
         return [r for r in self.received if r.status == 200 and path in (None, r.path)]
