@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 
 from bench.caller import Caller, Op
+from servicekit import runtime
 from servicekit.logs import say
 
 METHOD = "/bench.Echo/Echo"
@@ -79,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker or args.workers == 1:
-        asyncio.run(serve(args.listen))
+        runtime.run(serve(args.listen))
         return 0
     return supervise(args.listen, args.workers)
 

@@ -83,20 +83,20 @@ async def _serve(database_url: str, env: dict[str, str]) -> None:
 
 
 def serve_child(cprofile: str | None) -> None:
-    from servicekit import logs
+    from servicekit import logs, runtime
 
     logs.configure("WARNING", "json")
     env = {k: v for k, v in os.environ.items() if k.startswith("RATION_")}
     database_url = env["RATION_DATABASE_URL"]
     if cprofile is None:
-        asyncio.run(_serve(database_url, env))
+        runtime.run(_serve(database_url, env))
         return
     import cProfile
 
     profiler = cProfile.Profile()
     profiler.enable()
     try:
-        asyncio.run(_serve(database_url, env))
+        runtime.run(_serve(database_url, env))
     finally:
         profiler.disable()
         profiler.dump_stats(cprofile)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 # Only light imports up here: main() installs the Ctrl-C handler first, so that a signal that
 # comes during the heavy imports (grpc, asyncpg, pgserver) is recorded, not raised mid-import.
 from ration_server import __version__, registry
-from servicekit import logs
+from servicekit import logs, runtime
 from servicekit.embedded import EmbeddedPostgresError
 from servicekit.logs import say
 from servicekit.settings import DatabaseSettings, Env, SettingsError, postgres_target
@@ -80,6 +80,7 @@ async def serving(
                 runners.append(runner)
                 await runner.start()
             await stop.race(_ready_or_failed(runners))
+            runtime.settle_heap()
             yield runners
         finally:
             for runner in reversed(runners):
@@ -353,28 +354,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         logs.configure(env.text("RATION_LOG_LEVEL", "INFO"), logs.log_format(env))
         if args.command == "up":
-            return asyncio.run(_serve(registry.SERVICES, env, stop))
+            return runtime.run(_serve(registry.SERVICES, env, stop))
         if args.command == "migrate":
-            return asyncio.run(_migrate(env, stop, args.distribute))
+            return runtime.run(_migrate(env, stop, args.distribute))
         if args.command == "demo":
             if not (args.budget and args.memory):
                 logs.configure("WARNING", logs.log_format(env))  # the demo's lines are the output
-            return asyncio.run(_demo(args.budget, args.memory, env, stop))
+            return runtime.run(_demo(args.budget, args.memory, env, stop))
         if args.command == "report":
             logs.configure("WARNING", logs.log_format(env))  # the table is the output
-            return asyncio.run(_report(args, stop))
+            return runtime.run(_report(args, stop))
         if args.command == "pools":
             logs.configure("WARNING", logs.log_format(env))  # the table is the output
-            return asyncio.run(_pools(args, stop))
+            return runtime.run(_pools(args, stop))
         if args.command == "notify":
-            return asyncio.run(_notify(env, stop))
+            return runtime.run(_notify(env, stop))
         if args.command == "keys":
             logs.configure("WARNING", logs.log_format(env))  # the lines are the output
-            return asyncio.run(_keys(args, stop))
+            return runtime.run(_keys(args, stop))
         workers = env.integer("RATION_WORKERS", 1, minimum=1)
         if workers > 1:
-            return asyncio.run(_supervise(args.command, workers, env, stop))
-        return asyncio.run(_serve([args.command], env, stop, args.shared_port))
+            return runtime.run(_supervise(args.command, workers, env, stop))
+        return runtime.run(_serve([args.command], env, stop, args.shared_port))
     except SettingsError as exc:
         print(f"ration: configuration error: {exc}", file=sys.stderr)
         return 2
