@@ -72,11 +72,6 @@ class _Group(Generic[I, R]):
     flying: int = 0
 
 
-def _discard(future: asyncio.Future[R]) -> None:
-    if not future.cancelled():
-        future.exception()  # retrieved, so an unread failure is not reported as lost
-
-
 class GroupCommit(Generic[G, I, R]):
     def __init__(
         self,
@@ -113,24 +108,33 @@ class GroupCommit(Generic[G, I, R]):
             task = loop.create_task(self._fly(group, state), context=contextvars.Context())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        # Waiting in the queue is waiting for the database: bounded by the item's deadline
+        # (STORE_BUSY then, if it is still queued). A call whose deadline is already too near
+        # to wait for anything just goes: the database may still answer in time, and its
+        # deadline ends the call otherwise. One timer per item, and the caller awaits the
+        # item's own future: cancelling the caller cancels that future, which the batch then
+        # skips (a cancelled future is done).
+        patience = waiting.deadline - time.monotonic() - REQUEUE_MARGIN_SECONDS
+        timer = loop.call_later(patience, self._expire, state, waiting) if patience > 0 else None
         try:
-            # Waiting in the queue is waiting for the database: bounded by the item's deadline.
-            # A call whose deadline is already too near to wait for anything just goes: the
-            # database may still answer in time, and its deadline ends the call otherwise.
-            patience = waiting.deadline - time.monotonic() - REQUEUE_MARGIN_SECONDS
-            if patience > 0:
-                await asyncio.wait((waiting.future,), timeout=patience)
-                if not waiting.future.done() and waiting in state.queue:
-                    state.queue.remove(waiting)
-                    raise store_busy()
-            return await asyncio.shield(waiting.future)
+            return await waiting.future
         except asyncio.CancelledError:
             if waiting in state.queue:  # not sent yet: leave at once
                 state.queue.remove(waiting)
             else:  # sent: its batch completes without it; nobody reads the answer
                 waiting.abandoned = True
-                waiting.future.add_done_callback(_discard)
             raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    @staticmethod
+    def _expire(state: _Group[I, R], waiting: _Waiting[I, R]) -> None:
+        """The item's time to wait is up: STORE_BUSY if it is still queued; once sent, its
+        batch answers it."""
+        if waiting in state.queue and not waiting.future.done():
+            state.queue.remove(waiting)
+            waiting.future.set_exception(store_busy())
 
     async def _fly(self, group: G, state: _Group[I, R]) -> None:
         try:
