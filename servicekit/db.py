@@ -303,13 +303,9 @@ class Database:
         return await self.statement(in_transaction, attempts=attempts)
 
     async def read(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-        """Runs read-only `work` on one connection without an explicit transaction."""
-        try:
-            async with self.connection() as conn:
-                return await work(conn)
-        except UNAVAILABLE_ERRORS as exc:
-            log.warning("store unavailable", extra={"error": error_text(exc)})
-            raise store_unavailable() from exc
+        """Runs read-only `work` on one connection without an explicit transaction; a conflict
+        (e.g. serialization_failure from a Citus shard that moved meanwhile) runs it again."""
+        return await self.statement(work)
 
     async def statement(
         self,
@@ -385,15 +381,18 @@ class Database:
         retry_on: tuple[type[BaseException], ...],
     ) -> T:
         async def scoped(conn: asyncpg.Connection) -> T:
-            await conn.execute(begin)
+            # BEGIN and COMMIT inside the try: a cancellation can land in either, and the
+            # connection must go back to the pool without a transaction (asyncpg would roll
+            # it back itself, reporting an ERROR).
             try:
+                await conn.execute(begin)
                 result = await work(conn)
+                await conn.execute("COMMIT")
             except BaseException:
                 if not conn.is_closed():
                     with contextlib.suppress(Exception):
                         await conn.execute("ROLLBACK")
                 raise
-            await conn.execute("COMMIT")
             return result
 
         return await self.statement(scoped, attempts=attempts, retry_on=retry_on)
