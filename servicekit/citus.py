@@ -11,7 +11,9 @@ distributed in the same step). Every step is idempotent and looks at the catalog
    becomes a reference table; referenced tables go first, in foreign-key order;
 3. the schemas' grants are issued again, so the workers' copies of the schemas carry them
    (Citus creates those copies without the default privileges that gave them on the
-   coordinator): on every run, a line each;
+   coordinator): on every run, a line each; so are the EXECUTE grants of the functions PUBLIC
+   may not execute (the SECURITY DEFINER ones: a delegated call runs budget.shard_fence_v1 on
+   the worker as the application role), after step 4;
 4. every function is distributed (created on every node); a function with a `p_tenant`
    argument is delegated by it (`force_delegation`): the coordinator sends the call to the
    worker holding that tenant's shard, inside the caller's transaction. A delegated function
@@ -64,6 +66,19 @@ SELECT n.nspname AS schema, a.privilege_type AS privilege, a.grantee::regrole::t
 FROM pg_namespace n, aclexplode(n.nspacl) a
 WHERE n.nspname = ANY($1::text[]) AND a.grantee <> n.nspowner AND a.grantee <> 0
 ORDER BY 1, 3, 2"""
+
+# EXECUTE granted on functions that PUBLIC may not execute (the SECURITY DEFINER ones), to
+# roles other than their owner: on the coordinator the operator's default privileges gave it,
+# which the workers' copies of the functions lack.
+_FUNCTION_GRANTS = """
+SELECT p.oid::regprocedure::text AS signature, a.grantee::regrole::text AS grantee
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace,
+     aclexplode(p.proacl) a
+WHERE n.nspname = ANY($1::text[]) AND p.proacl IS NOT NULL
+  AND a.privilege_type = 'EXECUTE' AND a.grantee <> p.proowner AND a.grantee <> 0
+  AND NOT EXISTS (SELECT 1 FROM aclexplode(p.proacl) x
+                  WHERE x.grantee = 0 AND x.privilege_type = 'EXECUTE')
+ORDER BY 1, 2"""
 
 _FUNCTIONS = """
 SELECT p.oid::regprocedure::text AS signature,
@@ -200,6 +215,11 @@ async def distribute(conn: asyncpg.Connection, schemas: Sequence[str]) -> Distri
                     "SELECT create_distributed_function($1::regprocedure)", signature
                 )
                 done.append(f"distributed {signature}")
+        for grant in await conn.fetch(_FUNCTION_GRANTS, wanted):
+            await conn.execute(
+                f"GRANT EXECUTE ON FUNCTION {grant['signature']} TO {grant['grantee']}"
+            )
+            result.grants.append(f"granted EXECUTE on {grant['signature']} to {grant['grantee']}")
         database = await conn.fetchval("SELECT current_database()")
         for setting, value in DATABASE_SETTINGS.items():
             if await conn.fetchval(_DATABASE_SETTING, database, f"{setting}={value}"):

@@ -35,6 +35,11 @@ SELECT memory_id, head_revision FROM memory.memories
 WHERE tenant_id = $1 AND memory_ref = $2
 FOR UPDATE
 """
+# On Citus, the tenant's shard held still until the transaction ends (memory.shard_fence_v1: a
+# shard move waits for it, and it for a move in progress), before the head is read; a no-op on
+# plain PostgreSQL.
+_SHARD_FENCE = "SELECT memory.shard_fence_v1($1)"
+
 # Previews take a shared lock: concurrent previews proceed, writes wait until they finish.
 _LOCK_HEAD_SHARED = """
 SELECT memory_id, head_revision FROM memory.memories
@@ -187,6 +192,7 @@ async def lock_head(
     conn: asyncpg.Connection, tenant: str, memory_ref: str, *, shared: bool = False
 ) -> Head | None:
     """The memory's head under a row lock (exclusive for writes, shared for previews)."""
+    await conn.execute(_SHARD_FENCE, tenant)
     row = await conn.fetchrow(_LOCK_HEAD_SHARED if shared else _LOCK_HEAD, tenant, memory_ref)
     if row is None:
         return None

@@ -13,7 +13,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_version integer;
 BEGIN
-    PERFORM set_config('ration.tenant_id', p_tenant, true);
+    PERFORM budget.enter_tenant_v1(p_tenant);
     -- The lock releases every open hold (oldest first) unless the run already has an outcome.
     SELECT l.status, l.expired, l.released INTO status, expired, released
     FROM budget.lock_run_v1(p_tenant, p_run_id, p_request_id, false, true) AS l;

@@ -108,7 +108,7 @@ DECLARE
     item_run integer[]; it budget.decide_item_v2; amounts bigint[]; slots integer[];
     loaded record; step record; k integer; h integer; j integer; adv boolean;
 BEGIN
-    PERFORM set_config('ration.tenant_id', tenant, true);
+    PERFORM budget.enter_tenant_v1(tenant);
     outcomes := array_fill(NULL::text, ARRAY[n]);
     responses := array_fill(NULL::bytea, ARRAY[n]);
     refusals := array_fill(NULL::jsonb, ARRAY[n]);

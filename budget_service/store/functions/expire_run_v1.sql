@@ -10,7 +10,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     v_expired integer;
 BEGIN
-    PERFORM set_config('ration.tenant_id', p_tenant, true);
+    PERFORM budget.enter_tenant_v1(p_tenant);
     SELECT l.expired INTO v_expired
     FROM budget.lock_run_v1(p_tenant, p_run_id, NULL, true, false) AS l;
     RETURN v_expired;

@@ -15,7 +15,7 @@ CREATE OR REPLACE FUNCTION budget.open_run_v2(
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM set_config('ration.tenant_id', p_tenant, true);
+    PERFORM budget.enter_tenant_v1(p_tenant);
     INSERT INTO budget.runs (
         tenant_id, run_id, project_id, workflow_id, agent_id, open_fingerprint, state,
         max_tokens, max_cost_nanos, max_tool_calls, max_retries, threshold_percent,

@@ -35,7 +35,7 @@ DECLARE
     v_max_tool_calls bigint;
     v_max_retries bigint;
 BEGIN
-    PERFORM set_config('ration.tenant_id', p_tenant, true);
+    PERFORM budget.enter_tenant_v1(p_tenant);
     SELECT l.status, l.expired INTO status, expired
     FROM budget.lock_run_v1(p_tenant, p_run_id, p_request_id, false, false) AS l;
     IF status <> 'locked' THEN
