@@ -28,7 +28,7 @@ from bench.database import (
 from bench.load import LoadSpec, run_load
 from bench.memory_flow import MemoryFlow
 from bench.meter import BATCH_METRIC, Meter, cpu_per_rpc, mean_batch_size, shown
-from bench.servers import ServerProcess, start_echo, start_service
+from bench.servers import ServerProcess, serve_database, start_echo
 
 # Names accepted by --only (a prefix selects a group, e.g. "budget" or "memory.list").
 FIGURES = (
@@ -344,18 +344,11 @@ class Runner:
     ) -> ServerProcess:
         """The service as deployed: connected as the application role, migrating as the owner;
         with `tokens`, a writer token for each of two tenants (bench/tenants.py)."""
-        env = database.service_env()
-        url = env.pop("RATION_DATABASE_URL")
+        env = {}
         if tokens:
             env["RATION_TOKEN_FILE"] = str(tenants.token_file(self.log_dir / "tokens.json"))
         workers = self.config.workers if workers is None else workers
-        server = start_service(name, workers, url, self.log_dir, env)
-        try:
-            server.wait_ready()
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        return serve_database(name, workers, database, self.log_dir, env)
 
     def _budget(self, database: BenchDatabase) -> None:
         names = self._budget_names()

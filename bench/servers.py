@@ -17,6 +17,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench.database import BenchDatabase
 from bench.echo import METHOD as ECHO_METHOD
 from bench.meter import metric_totals
 from ration_server import registry
@@ -180,6 +181,22 @@ def start_service(
     address = f"127.0.0.1:{port}"
     server = _spawn(service, argv, env, log_dir / f"{service}.log", address, workers)
     server.metrics_base = metrics
+    return server
+
+
+def serve_database(
+    service: str, workers: int, database: BenchDatabase, log_dir: Path, extra_env: dict[str, str]
+) -> ServerProcess:
+    """The service as deployed, ready: connected as the application role, migrating as the
+    owner (database.service_env()), with `extra_env` beside; stopped if it never gets ready."""
+    env = {**database.service_env(), **extra_env}
+    url = env.pop("RATION_DATABASE_URL")
+    server = start_service(service, workers, url, log_dir, env)
+    try:
+        server.wait_ready()
+    except BaseException:
+        server.stop()
+        raise
     return server
 
 
