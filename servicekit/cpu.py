@@ -16,7 +16,13 @@ callers had given up (issue 17 item 5). Here every job names its tenant and:
   served longest ago, so a tenant with nothing running goes next whatever others queued;
 - a job whose call's deadline has passed is never started, and a waiting job whose caller is
   cancelled (the client gave up, the deadline passed) leaves the queue at once. A job that has
-  started runs to its end (threads cannot be stopped) and keeps its worker and share until then.
+  started runs to its end (threads cannot be stopped) and keeps its worker and share until then;
+- bulk work yields the CPU: a job of `bulk_cost` or more (a part of a large write) runs on
+  threads of its own that the operating system schedules at a lower priority (nice
+  BULK_NICE, Linux), beside the threads of small jobs, so a small write takes a core at once
+  even while large writes keep every bulk thread busy, on a host whose cores the large writes
+  would otherwise fill (issue 24: another tenant's small appends went from 128 ms to 400 ms
+  p99). Each class has `workers` threads and the fairness rules above, apart.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import os
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -46,6 +54,23 @@ deadline_var: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 # Bounds of the RetryInfo delay a refused caller is given.
 MIN_RETRY_SECONDS = 0.05
 MAX_RETRY_SECONDS = 5.0
+# The niceness of the bulk threads (the others keep the process's): Linux weighs a nice-10
+# thread about a tenth of a nice-0 one when both want a core.
+BULK_NICE = 10
+# Jobs of this cost (characters) or more are bulk unless configured otherwise.
+BULK_COST = 16 * 1024
+NORMAL, BULK = 0, 1
+
+log = logging.getLogger(__name__)
+
+
+def _lower_priority() -> None:
+    """Thread initializer of the bulk threads: a lower scheduling priority for this thread
+    alone (on Linux a thread is a task of its own; elsewhere, or where refused, it stays)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BULK_NICE)
+    except (AttributeError, OSError) as exc:  # not Linux-like, or not permitted
+        log.debug("bulk CPU thread keeps its priority", extra={"error": repr(exc)})
 
 
 class _CallDeadline:
@@ -76,6 +101,7 @@ class CpuSettings:
     workers: int
     tenant_share: int
     tenant_workers: int
+    bulk_cost: int = BULK_COST
 
     @classmethod
     def from_env(cls, env: Env) -> CpuSettings:
@@ -86,6 +112,7 @@ class CpuSettings:
             tenant_workers=env.integer(
                 "RATION_CPU_TENANT_WORKERS", default_tenant_workers(workers), minimum=1
             ),
+            bulk_cost=env.integer("RATION_CPU_BULK_CHARS", BULK_COST, minimum=0),
         )
 
 
@@ -97,18 +124,20 @@ class _Job:
     future: asyncio.Future[Any]
     cost: int = 1
     started: bool = False
+    kind: int = NORMAL  # NORMAL or BULK: which threads run it
 
 
 @dataclass
 class _Tenant:
-    waiting: deque[_Job] = field(default_factory=deque)
-    running: int = 0
+    # Waiting and running jobs by kind (NORMAL, BULK).
+    waiting: tuple[deque[_Job], deque[_Job]] = field(default_factory=lambda: (deque(), deque()))
+    running: list[int] = field(default_factory=lambda: [0, 0])
     running_cost: int = 0  # the work (bytes) of its running jobs
     served: int = -1  # dispatch sequence number of this tenant's last started job
 
     @property
     def held(self) -> int:
-        return self.running + len(self.waiting)
+        return sum(self.running) + sum(len(w) for w in self.waiting)
 
 
 class CpuPool:
@@ -120,22 +149,34 @@ class CpuPool:
         tenant_share: int,
         clock: Callable[[], float] = time.monotonic,
         tenant_workers: int | None = None,
+        bulk_cost: int = 0,
     ) -> None:
         self.workers = workers
         self.tenant_share = tenant_share
         self.tenant_workers = min(
             workers, default_tenant_workers(workers) if tenant_workers is None else tenant_workers
         )
+        self.bulk_cost = bulk_cost  # 0: every job is a normal one
         self._clock = clock
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="ration-cpu")
+        self._executors = (
+            ThreadPoolExecutor(workers, thread_name_prefix="ration-cpu"),
+            ThreadPoolExecutor(
+                workers, thread_name_prefix="ration-cpu-bulk", initializer=_lower_priority
+            ),
+        )
         self._tenants: dict[str, _Tenant] = {}
-        self._running = 0
+        self._running = [0, 0]
         self._sequence = 0
         self._mean_seconds = 0.01  # running mean of job durations, for the RetryInfo delay
 
     @classmethod
     def from_settings(cls, settings: CpuSettings) -> CpuPool:
-        return cls(settings.workers, settings.tenant_share, tenant_workers=settings.tenant_workers)
+        return cls(
+            settings.workers,
+            settings.tenant_share,
+            tenant_workers=settings.tenant_workers,
+            bulk_cost=settings.bulk_cost,
+        )
 
     def held(self, tenant: str) -> int:
         """Jobs of `tenant` running or waiting."""
@@ -144,7 +185,7 @@ class CpuPool:
 
     @property
     def waiting(self) -> int:
-        return sum(len(t.waiting) for t in self._tenants.values())
+        return sum(len(w) for t in self._tenants.values() for w in t.waiting)
 
     async def run(
         self,
@@ -171,22 +212,24 @@ class CpuPool:
             raise deadline_exceeded()
         state = self._tenants.setdefault(tenant, _Tenant())
         context = contextvars.copy_context()
+        cost = max(1, cost)
         job = _Job(
             tenant,
             functools.partial(context.run, fn, *args),
             when,
             asyncio.get_running_loop().create_future(),
-            max(1, cost),
+            cost,
+            kind=BULK if self.bulk_cost and cost >= self.bulk_cost else NORMAL,
         )
-        state.waiting.append(job)
+        state.waiting[job.kind].append(job)
         self._dispatch()
         try:
             return await job.future  # type: ignore[no-any-return]
         except asyncio.CancelledError:
             # The caller went away. A waiting job leaves the queue and never runs; a started
             # one finishes on its thread, its result dropped (its future is cancelled).
-            if job in state.waiting:
-                state.waiting.remove(job)
+            if job in state.waiting[job.kind]:
+                state.waiting[job.kind].remove(job)
                 self._forget_if_idle(tenant)
             raise
 
@@ -195,39 +238,45 @@ class CpuPool:
         estimate = self._mean_seconds * max(1, state.held) / self.workers
         return round(min(MAX_RETRY_SECONDS, max(MIN_RETRY_SECONDS, estimate)), 3)
 
-    def _next(self) -> _Tenant | None:
-        ready = [t for t in self._tenants.values() if t.waiting and t.running < self.tenant_workers]
+    def _next(self, kind: int) -> _Tenant | None:
+        ready = [
+            t
+            for t in self._tenants.values()
+            if t.waiting[kind] and t.running[kind] < self.tenant_workers
+        ]
         return min(ready, key=lambda t: (t.running_cost, t.served), default=None)
 
     def _dispatch(self) -> None:
-        while self._running < self.workers:
-            state = self._next()
-            if state is None:
-                return
-            job = state.waiting.popleft()
-            if job.future.done():  # its caller was cancelled a moment ago: drop it
-                self._forget_if_idle(job.tenant)
-                continue
-            if job.deadline is not None and job.deadline <= self._clock():
-                job.future.set_exception(deadline_exceeded())
-                self._forget_if_idle(job.tenant)
-                continue
-            job.started = True
-            state.running += 1
-            state.running_cost += job.cost
-            self._running += 1
-            self._sequence += 1
-            state.served = self._sequence
-            started = self._clock()
-            done = asyncio.get_running_loop().run_in_executor(self._executor, job.work)
-            done.add_done_callback(functools.partial(self._finished, job, state, started))
+        for kind in (NORMAL, BULK):
+            while self._running[kind] < self.workers:
+                state = self._next(kind)
+                if state is None:
+                    break
+                job = state.waiting[kind].popleft()
+                if job.future.done():  # its caller was cancelled a moment ago: drop it
+                    self._forget_if_idle(job.tenant)
+                    continue
+                if job.deadline is not None and job.deadline <= self._clock():
+                    job.future.set_exception(deadline_exceeded())
+                    self._forget_if_idle(job.tenant)
+                    continue
+                job.started = True
+                state.running[kind] += 1
+                state.running_cost += job.cost
+                self._running[kind] += 1
+                self._sequence += 1
+                state.served = self._sequence
+                started = self._clock()
+                loop = asyncio.get_running_loop()
+                done = loop.run_in_executor(self._executors[kind], job.work)
+                done.add_done_callback(functools.partial(self._finished, job, state, started))
 
     def _finished(
         self, job: _Job, state: _Tenant, started: float, done: asyncio.Future[Any]
     ) -> None:
-        state.running -= 1
+        state.running[job.kind] -= 1
         state.running_cost -= job.cost
-        self._running -= 1
+        self._running[job.kind] -= 1
         self._mean_seconds += (self._clock() - started - self._mean_seconds) * 0.2
         if job.future.done():  # the caller was cancelled: nobody wants the result
             pass
@@ -247,4 +296,5 @@ class CpuPool:
 
     def close(self) -> None:
         """Stops taking jobs; threads finish what they started."""
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        for executor in self._executors:
+            executor.shutdown(wait=False, cancel_futures=True)

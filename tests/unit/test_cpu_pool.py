@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator
 
 import pytest
 
-from servicekit.cpu import CpuPool, CpuSettings, deadline_var
+from servicekit.cpu import BULK_NICE, CpuPool, CpuSettings, deadline_var
 from servicekit.errors import DomainError, ErrorKind, RetryDetail
 from servicekit.settings import Env, SettingsError
 
@@ -294,3 +296,35 @@ async def test_a_pool_of_one_worker_is_a_tenants_whole() -> None:
         assert await pool.run("a", str, "alone") == "alone"
     finally:
         pool.close()
+
+
+def _niceness() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread niceness is Linux's")
+async def test_bulk_work_runs_at_a_lower_priority_and_leaves_small_jobs_their_threads() -> None:
+    """Jobs of bulk_cost or more run on threads of their own at nice BULK_NICE; a small job
+    of another tenant, or of the same one, starts at once though every bulk thread is busy."""
+    pool = CpuPool(workers=1, tenant_share=10, bulk_cost=1_000)
+    base = _niceness()
+    try:
+        big = Gate()
+        big_job = asyncio.create_task(pool.run("a", big, "big", cost=5_000))
+        await entered(big)
+        queued = Gate()
+        big_queued = asyncio.create_task(pool.run("a", queued, "next", cost=5_000))
+        assert await pool.run("b", lambda: _niceness(), cost=20) == base
+        assert await pool.run("a", lambda: _niceness(), cost=999) == base
+        assert not queued.ran  # the one bulk thread is busy
+        big.release.set()
+        queued.release.set()
+        assert list(await asyncio.gather(big_job, big_queued)) == ["big", "next"]
+        assert await pool.run("a", lambda: _niceness(), cost=1_000) == base + BULK_NICE
+    finally:
+        pool.close()
+
+
+def test_bulk_chars_setting() -> None:
+    assert CpuSettings.from_env(Env({})).bulk_cost == 16 * 1024
+    assert CpuSettings.from_env(Env({"RATION_CPU_BULK_CHARS": "0"})).bulk_cost == 0
