@@ -1249,6 +1249,23 @@ _SCENARIOS["model calls per window"] = [
 ]
 
 
+# Batches touching three runs and ending three holds at once, compared with the model (the
+# named cases have two runs).
+_THREE_RUN_BATCHES = [
+    ("batch", [("reserve", n, (3, 0, 1, 0), False, "gpt-4o", 0) for n in range(3)]),
+    ("batch", [("consume", 0, (2, 0, 1, 0), "gpt-4o", False) for _ in range(3)]),
+    ("batch", [("reserve", n, (4, 0, 0, 0), False, "gpt-4o", 0) for n in (0, 1, 2, 0)]),
+    ("batch", [("release", 0, False), ("release", 2, False), ("release", 4, False)]),
+    ("batch", [("unreserved", n, (1, 0, 0, 0), "gpt-4o") for n in range(3)]),
+]
+
+
+async def test_batches_of_three_runs_and_three_ended_holds(harness: Harness) -> None:
+    pool = (Window.DAY, (60, None, None, None), Enforcement.HARD, None)
+    runs = [(_POLICY, 1, False), (_POLICY, 2, True), (_POLICY, 1, True)]
+    await run_example(harness, False, None, [pool], None, runs, False, _THREE_RUN_BATCHES)
+
+
 @pytest.mark.parametrize("name", list(_SCENARIOS))
 async def test_named_cases(harness: Harness, name: str) -> None:
     pool = (Window.DAY, (60, None, None, None), Enforcement.HARD, _SCENARIO_MODEL_CALLS.get(name))
