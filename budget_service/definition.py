@@ -66,6 +66,8 @@ def factory(settings: BudgetSettings) -> AppFactory:
         reports = SpendReports(
             Database(database.url, report_db),
             StreamSlots(settings.max_reports_per_tenant, too_many_reports),
+            settings.report_slots_per_tenant,
+            settings.report_share,
         )
 
         async def close() -> None:

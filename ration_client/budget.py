@@ -16,7 +16,7 @@ from ration.budget.v1 import budget_pb2, budget_service_pb2_grpc
 from ration_client import convert
 from ration_client._rpc import Client, new_request_id
 from ration_client.degraded import FailOpen, JournalEntry
-from ration_client.errors import RationError, Unavailable, decode
+from ration_client.errors import RationError, TooManyReports, Unavailable, decode
 from ration_client.holds import Prices, Reservation, WorstCase, journaled_result
 from ration_client.keys import ApiKeysMixin
 from ration_client.views import (
@@ -53,6 +53,10 @@ __all__ = ["NANOS_PER_USD", "BudgetClient", "usd"]
 # Inputs: the client's views or the protobuf messages (accepted as before).
 AmountsInput = Amounts | budget_pb2.Amounts
 PolicyInput = Policy | budget_pb2.BudgetPolicy
+
+# report_spend_all waits out a refused page this many times in a row, this long at most each.
+REPORT_WAITS = 20
+MAX_REPORT_WAIT_SECONDS = 10.0
 
 
 class BudgetClient(ApiKeysMixin, Client):
@@ -549,24 +553,35 @@ class BudgetClient(ApiKeysMixin, Client):
         api_key_id: str = "",
         tag_key: str = "",
     ) -> list[SpendRow]:
-        """Every row of the report, following pages."""
+        """Every row of the report, following pages. A page refused TOO_MANY_REPORTS (the
+        tenant's reports at their share of the server) is asked again after the RetryInfo
+        delay, at most REPORT_WAITS times in a row."""
         rows: list[SpendRow] = []
         token = ""
+        waits = 0
         while True:
-            page = await self.report_spend(
-                start,
-                end,
-                group_by,
-                project_id=project_id,
-                workflow_id=workflow_id,
-                agent_id=agent_id,
-                model=model,
-                page_size=page_size,
-                page_token=token,
-                end_user_id=end_user_id,
-                api_key_id=api_key_id,
-                tag_key=tag_key,
-            )
+            try:
+                page = await self.report_spend(
+                    start,
+                    end,
+                    group_by,
+                    project_id=project_id,
+                    workflow_id=workflow_id,
+                    agent_id=agent_id,
+                    model=model,
+                    page_size=page_size,
+                    page_token=token,
+                    end_user_id=end_user_id,
+                    api_key_id=api_key_id,
+                    tag_key=tag_key,
+                )
+            except TooManyReports as refused:
+                waits += 1
+                if waits > REPORT_WAITS:
+                    raise
+                await asyncio.sleep(min(refused.retry_after_seconds, MAX_REPORT_WAIT_SECONDS))
+                continue
+            waits = 0
             rows.extend(page.rows)
             token = page.next_page_token
             if not token:

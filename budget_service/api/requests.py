@@ -27,6 +27,7 @@ from budget_service.domain.spend import (
     SpendFilter,
     SpendGroupBy,
     SpendQuery,
+    bucket_start,
     validate_filter,
     validate_tag_key,
     validate_window,
@@ -477,6 +478,8 @@ def _after_key(token: str, query: SpendQuery, found: Violations) -> str | None:
         key = document["k"]
         if document["q"] != _query_digest(query) or not isinstance(key, str):
             raise ValueError(token)
+        if query.group_by.is_time:
+            bucket_start(key)  # a DAY or HOUR page resumes after a bucket
         return key
     except (ValueError, TypeError, KeyError):  # also binascii.Error and UnicodeDecodeError
         found.append(FieldViolation("page_token", "is not a page token of this report"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from budget_service.domain import input_rules as v
 from budget_service.domain.policy import MAX_TOTAL
@@ -12,6 +12,9 @@ from servicekit.errors import FieldViolation
 
 # A report sums the ledger rows of one window; a year (a leap year's days) bounds its cost.
 MAX_WINDOW = timedelta(days=366)
+# The key of a DAY or HOUR group: its bucket start in RFC 3339 UTC, fixed width, so byte order
+# is time order.
+BUCKET_KEY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 class SpendGroupBy(enum.StrEnum):
@@ -75,6 +78,11 @@ class SpendRow:
 class SpendPage:
     rows: list[SpendRow]
     next_after_key: str | None  # the last key of this page when more groups follow
+
+
+def bucket_start(key: str) -> datetime:
+    """The bucket start a DAY or HOUR key names (ValueError when it names none)."""
+    return datetime.strptime(key, BUCKET_KEY_FORMAT).replace(tzinfo=UTC)
 
 
 def validate_window(start: datetime, end: datetime) -> list[FieldViolation]:

@@ -16,8 +16,10 @@ forward-only numbered migrations.
 - `notify_progress`: Budget SQL of `ration notify`'s progress: per tenant and webhook, a position
   and a lease.
 - `reads`: Budget SQL that reads runs, writes scope budgets, and serves the sweeper.
-- `reports`: Budget SQL of spend reports: sums of the ledger's consume rows per owner, model or
-  time.
+- `report_slots`: Budget SQL of report slots: a tenant's report statements at once, bounded
+  across replicas.
+- `reports`: Budget SQL of spend reports: one page of sums per owner, model or time, read in
+  O(page).
 - `rows`: Mapping between database rows (and write documents) and the budget domain records.
 - `stored_replies`: Stored replies of Reserve, Consume and Release: the JSON documents the request
   log keeps.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
+from budget_service.store.report_slots import MAX_SLOTS
 from servicekit.batching import BatchSettings
 from servicekit.labels import MetricLabels
 from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
@@ -52,10 +53,15 @@ class BudgetSettings:
     run_event_wakeup: str = "auto"
     run_event_poll_seconds: float = 0.1
     # ReportSpend: its own pool of connections (never the hot path's), with its statement
-    # timeout, and at most this many reports of one tenant at once per server process.
+    # timeout, at most max_reports_per_tenant reports of one tenant at once per server
+    # process, and at most report_slots_per_tenant report statements of one tenant at once
+    # on the database, across replicas (store/report_slots.py).
     report_pool_max: int = 4
     report_statement_timeout_ms: int = 5000
     max_reports_per_tenant: int = 2
+    report_slots_per_tenant: int = 1
+    # The share of one core's time a tenant's reports may take on each process.
+    report_share: float = 0.25
     # Group commit of Reserve/Consume/Release (and of Checks): requests per statement, and
     # statements of one tenant at the database at once from one process.
     batch: BatchSettings = field(default_factory=BatchSettings)
@@ -113,6 +119,8 @@ class BudgetSettings:
             max_reports_per_tenant=env.integer(
                 "RATION_BUDGET_MAX_REPORTS_PER_TENANT", 2, minimum=1
             ),
+            report_slots_per_tenant=_report_slots(env),
+            report_share=_report_share_percent(env) / 100,
             batch=BatchSettings(
                 max_items=env.integer("RATION_BUDGET_BATCH_MAX", 64, minimum=1),
                 inflight=env.integer("RATION_BUDGET_BATCH_INFLIGHT", 1, minimum=1),
@@ -129,4 +137,20 @@ def _api_key_refresh_ms(env: Env) -> int:
     value = env.integer(name, 1000, minimum=50)
     if value > MAX_API_KEY_REFRESH_MS:
         raise SettingsError(f"{name}={value} is invalid: must be <= {MAX_API_KEY_REFRESH_MS}")
+    return value
+
+
+def _report_share_percent(env: Env) -> int:
+    name = "RATION_BUDGET_REPORT_SHARE_PERCENT"
+    value = env.integer(name, 25, minimum=1)
+    if value > 100:  # a share of one core's time
+        raise SettingsError(f"{name}={value} is invalid: must be <= 100")
+    return value
+
+
+def _report_slots(env: Env) -> int:
+    name = "RATION_BUDGET_REPORT_SLOTS_PER_TENANT"
+    value = env.integer(name, 1, minimum=1)
+    if value > MAX_SLOTS:  # the slots' lock keys are one class of SLOT_CLASS + slot
+        raise SettingsError(f"{name}={value} is invalid: must be <= {MAX_SLOTS}")
     return value

@@ -22,12 +22,13 @@ def too_many_streams(limit: int) -> DomainError:
     )
 
 
-def too_many_reports(limit: int) -> DomainError:
-    """TOO_MANY_REPORTS: the tenant already has `limit` ReportSpend calls running here."""
+def too_many_reports(limit: int, where: str = "on this server process") -> DomainError:
+    """TOO_MANY_REPORTS: the tenant already has `limit` ReportSpend calls running here (or,
+    `where` says, report statements on the database, across replicas)."""
     return DomainError(
         ErrorKind.EXHAUSTED,
         "TOO_MANY_REPORTS",
-        f"this tenant already has {limit} spend reports running; retry later",
+        f"this tenant already has {limit} spend reports running {where}; retry later",
         metadata={"limit": str(limit)},
         detail=RetryDetail(RETRY_SECONDS),
     )

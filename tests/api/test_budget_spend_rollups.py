@@ -1,6 +1,7 @@
 """Spend rollups (DESIGN 3.10): kept by every Consume in its own transaction, they always equal
-the ledger, and ReportSpend read from them gives the ledger's sums for any window, grouping and
-filter (its partial hours summed from the ledger), end-user, API-key and tag ones included."""
+the ledger, and ReportSpend read from them gives the ledger's sums for any window, grouping,
+filter and page size (its partial hours summed from the ledger), end-user, API-key and tag ones
+included."""
 
 from __future__ import annotations
 
@@ -199,10 +200,13 @@ async def test_rollups_and_reports_equal_the_ledger_after_any_mix_of_consumes(
     model_filter = owners.draw(st.sampled_from((None, *MODELS[:-1])), label="model filter")
     end_user = owners.draw(st.sampled_from((None, *END_USERS[:-1])), label="end-user filter")
     key = owners.draw(st.sampled_from((None, minted.key.key_id)), label="key filter")
+    # Page by page: each page walks its keys from the last (store/reports.py).
+    page_size = owners.draw(st.sampled_from((1, 2, 1000)), label="page size")
     for group in SpendGroupBy:
         rows = await budget.report_spend_all(
             *span,
             group,
+            page_size=page_size,
             project_id=project or "",
             model=model_filter or "",
             end_user_id=end_user or "",
@@ -232,14 +236,16 @@ async def test_reports_have_their_own_pool_and_a_cap_per_tenant(
     start_server: StartServer, db: asyncpg.Connection, tmp_path: Path
 ) -> None:
     """Reports held up in the database (a lock the test takes) fill neither the hot path's
-    pool nor another tenant's share: a third report of the tenant is refused at once, the
-    other tenant's report is let in, and Reserve and Consume go on."""
+    pool nor another tenant's share: a third report of the tenant is refused at once by the
+    process's cap (the tenant's database slots, tests/api/test_budget_report_slots.py, are
+    more here), the other tenant's report is let in, and Reserve and Consume go on."""
     runner = await start_server(
         "budget",
         RATION_TOKEN_FILE=str(token_file(tmp_path / "tokens.json")),
         RATION_DB_POOL_MAX="2",
         RATION_BUDGET_REPORT_POOL_MAX="4",
         RATION_BUDGET_MAX_REPORTS_PER_TENANT="2",
+        RATION_BUDGET_REPORT_SLOTS_PER_TENANT="3",
     )
     address = f"127.0.0.1:{runner.port}"
     now: datetime = await db.fetchval("SELECT now()")
@@ -256,8 +262,8 @@ async def test_reports_have_their_own_pool_and_a_cap_per_tenant(
                 for _ in range(2)
             ]
             await waiting_on_the_rollups(db, 2)
-            with pytest.raises(TooManyReports) as refused:
-                await a.report_spend_all(*window, SpendGroupBy.PROJECT)
+            with pytest.raises(TooManyReports) as refused:  # one page: report_spend_all waits
+                await a.report_spend(*window, SpendGroupBy.PROJECT)
             assert refused.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert refused.value.limit == 2
             assert refused.value.retry_after is not None

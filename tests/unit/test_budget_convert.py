@@ -86,6 +86,23 @@ def test_scope_budgets_round_trip() -> None:
     assert back == expected
 
 
+def test_a_time_report_resumes_only_after_a_bucket() -> None:
+    """A DAY or HOUR page resumes after a bucket start (the store walks buckets from it): a
+    token of the same report with any other key is refused, as a token of another report."""
+    request = pb.ReportSpendRequest(group_by=pb.SPEND_GROUP_BY_HOUR, page_size=1)
+    request.start_time.FromDatetime(datetime(2025, 3, 1, tzinfo=UTC))
+    request.end_time.FromDatetime(datetime(2025, 3, 2, tzinfo=UTC))
+    query, _, _ = convert.report_spend(request)
+    for key, resumes in (("2025-03-01T05:00:00Z", True), ("gpt-4o", False), ("", False)):
+        request.page_token = convert.spend_page_token(query, key)
+        if resumes:
+            assert convert.report_spend(request)[1] == key
+            continue
+        with pytest.raises(DomainError) as refused:
+            convert.report_spend(request)
+        assert violations(refused.value) == ["page_token"]
+
+
 def test_page_tokens_belong_to_one_run() -> None:
     token = convert.page_token("r1", 42)
     assert convert.list_events(pb.ListRunEventsRequest(run_id="r1", page_token=token)) == (

@@ -349,16 +349,21 @@ class BudgetServiceServicer:
 
     def ReportSpend(self, request, context):
         """Spend of the caller's tenant in a time window, grouped by project, workflow, agent, model,
-        UTC day or UTC hour: exact sums of the append-only ledger's `consume` rows (what Consume
-        recorded, overruns included; never from metrics), with the run's owners as OpenRun gave
-        them. Rows are ordered by key and paginated; each page is summed when it is asked for, so
-        a window that has ended gives the same sums on every call. Read from hourly spend rollups
-        that each Consume keeps in its own transaction (equal to the ledger), so a page costs
-        O(groups), on a connection pool of its own. No side effects.
+        UTC day, UTC hour, end-user, API key or one tag's value: exact sums of the append-only
+        ledger's `consume` rows (what Consume recorded, overruns included; never from metrics),
+        with the run's owners as OpenRun gave them. Rows are ordered by key (bytes) and paginated;
+        each page is summed when it is asked for, so a window that has ended gives the same sums
+        on every call. Read from hourly spend rollups that each Consume keeps in its own
+        transaction (equal to the ledger), on a connection pool of its own, so a page costs
+        O(page), not O(window): it walks its keys from page_token in index order and reads only
+        its own groups' rows of the window (plus a probe per key it passes); by tag (no index to
+        walk) every page sums the window's rollup rows. No side effects.
         Errors: VALIDATION_FAILED (fields start_time, end_time, group_by, filter.<field>,
         page_size, page_token; a window longer than 366 days, or sums past 2^63 - 1, refused on
         end_time); TOO_MANY_REPORTS (metadata limit; RetryInfo) when the tenant already runs
-        RATION_BUDGET_MAX_REPORTS_PER_TENANT reports on this server process. Role: reader.
+        RATION_BUDGET_MAX_REPORTS_PER_TENANT reports on this server process, or
+        RATION_BUDGET_REPORT_SLOTS_PER_TENANT report statements on the database across every
+        replica. Role: reader.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
