@@ -300,14 +300,14 @@ def _sizing(results: dict[str, Any]) -> list[str]:
 NOISY_NOTES = """\
 - noisy.reports, noisy.hot_runs, noisy.memory_writes: tenant B's Reserve+Consume p50 / p99 per
   RPC (8 callers on 200 runs of its own, beside 2 callers appending small entries to its
-  memories), alone and then while tenant A runs: 16 callers looping ReportSpend (a year, by
-  model or by hour, one group a page) over a ledger of at least 100k consume rows (copies, in
-  SQL, of rows the service wrote, spread over 8,000 hours and 20 models); 64 callers on
-  Reserve+Consume over 16 runs; 36 callers each appending 60 entries of 15 KB (900 KB, near
-  the 1 MiB of text a write may carry) to a new memory. A starts 1 s before B's warm-up and
-  runs until B's window closes, all its calls counted and none outliving that
-  (DEADLINE_EXCEEDED); its callers wait out RESOURCE_EXHAUSTED as its RetryInfo says (at most
-  1 s). *A*: what A achieved (RPC/s, errors: throttling is expected). *B's appends*: the same
+  memories, over twice the figure duration), alone and then while tenant A runs: 16 callers
+  looping ReportSpend (a year, by model or by hour, one group a page) over a ledger of at least
+  100k consume rows (copies, in SQL, of rows the service wrote, spread over 8,000 hours and 20
+  models); 64 callers on Reserve+Consume over 16 runs; 36 callers each appending 60 entries of
+  15 KB (900 KB, near the 1 MiB of text a write may carry) to a new memory. A starts 1 s before
+  B's warm-up and runs until B's window closes, all its calls counted and none outliving that
+  (DEADLINE_EXCEEDED); its callers wait out RESOURCE_EXHAUSTED as its RetryInfo says (at most 1
+  s). *A*: what A achieved (RPC/s, errors: throttling is expected). *B's appends*: the same
   ratio for B's small appends ("no successful RPC": none finished inside the figure). Both
   services run with the usual workers and a token per tenant.
 - noisy.notify: tenant B's `run.failed` alert, from the refused Reserve's answer to its arrival
