@@ -25,7 +25,7 @@ window's rollup rows per value, O(the window's rollup rows) per page.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -70,11 +70,15 @@ _ARRAY = (
 )
 
 
-def _filters(alias: str) -> str:
-    """Rollup rows of the filters' values."""
+def _filters(keys: Mapping[str, str]) -> str:
+    """Rows of the filters' values, each filter's column read as `keys` says."""
     return "".join(
-        f" AND ({_PARAM[name]} IS NULL OR {alias}.{name} = {_PARAM[name]})" for name in _FILTERS
+        f" AND ({_PARAM[name]} IS NULL OR {keys[name]} = {_PARAM[name]})" for name in _FILTERS
     )
+
+
+# A rollup row's owners and model are its columns.
+_ROLLUP_KEYS = {name: f"s.{name}" for name in _FILTERS}
 
 
 # A ledger row's model is the ledger's ('' for none), its owners the run's.
@@ -86,16 +90,12 @@ _LEDGER_KEYS = {
     "end_user_id": "r.end_user_id",
     "api_key_id": "r.api_key_id",
 }
-_LEDGER_FILTERS = "".join(
-    f" AND ({_PARAM[name]} IS NULL OR {_LEDGER_KEYS[name]} = {_PARAM[name]})" for name in _FILTERS
-)
 
 
 # Consume rows of the ledger in [{a}, {b}) that pass the filters, shaped as rollup rows (one
 # each; {key} their key and a comma, or nothing): through ledger_consumes_by_time (0007), each
 # row's run probed by its key (OFFSET 0 keeps the probe per row).
-_LEDGER_ROWS = (
-    """
+_LEDGER_ROWS = """
     SELECT {key}l.consumed_cost_nanos::numeric AS cost_nanos,
         l.consumed_tokens::numeric AS tokens, l.consumed_tool_calls::numeric AS tool_calls,
         l.consumed_retries::numeric AS retries, 1::bigint AS consume_count
@@ -104,9 +104,7 @@ _LEDGER_ROWS = (
         SELECT r.project_id, r.workflow_id, r.agent_id, r.end_user_id, r.api_key_id, r.tags
         FROM budget.runs r WHERE r.tenant_id = $1 AND r.run_id = l.run_id OFFSET 0) r
     WHERE l.tenant_id = $1 AND l.decision = 'consume'
-      AND l.created_at >= {a} AND l.created_at < {b}"""
-    + _LEDGER_FILTERS
-)
+      AND l.created_at >= {a} AND l.created_at < {b}""" + _filters(_LEDGER_KEYS)
 
 
 def _sums_or_more(rows: str, exists: Sequence[str]) -> str:
@@ -129,7 +127,7 @@ def _owner_report(column: str) -> str:
     rows = f"""SELECT {_SUMS} FROM budget.spend_rollups s
                 WHERE s.tenant_id = $1 AND {key} = n.key
                   AND ({key}, s.hour) >= (n.key, $2::timestamptz)
-                  AND ({key}, s.hour) < (n.key, $3::timestamptz){_filters("s")}"""
+                  AND ({key}, s.hour) < (n.key, $3::timestamptz){_filters(_ROLLUP_KEYS)}"""
     in_partial = "SELECT p.cost_nanos, p.tokens, p.tool_calls, p.retries, p.consume_count"
     in_partial += " FROM partial p WHERE p.key = n.key"
     return f"""
@@ -184,7 +182,7 @@ def _time_report(group: SpendGroupBy, lead: str | None) -> str:
     rows = f"""SELECT {_SUMS} FROM budget.spend_rollups s
                 WHERE s.tenant_id = $1
                   AND {hours("greatest($2, n.bucket)", "least($3, n.bucket_end)")}
-                  {_filters("s")}"""
+                  {_filters(_ROLLUP_KEYS)}"""
     head = _LEDGER_ROWS.format(key="", a="greatest($4, n.bucket)", b="least($5, n.bucket_end)")
     tail = _LEDGER_ROWS.format(key="", a="greatest($6, n.bucket)", b="least($7, n.bucket_end)")
     return f"""
@@ -226,7 +224,7 @@ _TAG_REPORT = f"""
 WITH spend AS (
     SELECT coalesce(s.tags ->> $16::text, '') AS key, {_SUMS}
     FROM budget.spend_rollups s
-    WHERE s.tenant_id = $1 AND s.hour >= $2 AND s.hour < $3{_filters("s")}
+    WHERE s.tenant_id = $1 AND s.hour >= $2 AND s.hour < $3{_filters(_ROLLUP_KEYS)}
     UNION ALL {_LEDGER_ROWS.format(key=_TAG_KEY, a="$4", b="$5")}
     UNION ALL {_LEDGER_ROWS.format(key=_TAG_KEY, a="$6", b="$7")}
 )
