@@ -7,6 +7,7 @@ import contextlib
 import importlib
 import math
 import multiprocessing as mp
+import os
 import queue
 import time
 import traceback
@@ -51,6 +52,9 @@ class LoadSpec:
     max_ops: int | None = None
     timeout: float = 30.0
     rpcs_per_op: int = 1
+    # Niceness of the load processes (os.nice): the noisy neighbour's clients run at 10, as if
+    # on machines of their own (bench/noisy_flow.py).
+    nice: int = 0
 
 
 @dataclass
@@ -187,6 +191,8 @@ def _child(
     spec: LoadSpec, index: int, callers: Sequence[int], ready: Any, go: Event, start: Any
 ) -> None:
     try:
+        if spec.nice:
+            os.nice(spec.nice)
         tally = asyncio.run(_run_process(spec, index, callers, ready, go, start))
         ready.put(("done", index, tally))
     except BaseException:  # report everything, including setup failures, to the parent

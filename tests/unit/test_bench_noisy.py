@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +13,10 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import error_details_pb2, status_pb2
 
+from bench import budget as bench_budget
 from bench import noisy_flow, report, tenants
 from bench.caller import DEFAULT_BACKOFF, MAX_BACKOFF, auth, backoff
-from bench.load import LoadSpec, run_together
+from bench.load import LoadRun, LoadSpec, run_together
 from bench.servers import start_echo
 
 
@@ -217,3 +220,85 @@ def test_run_together_measures_each_load_of_an_overlap(tmp_path: Path) -> None:
     assert [f["status"] for f in figures] == ["ok", "ok"]
     assert [f["concurrency"] for f in figures] == [4, 2]
     assert all(f["rpcs"] > 0 for f in figures)
+
+
+def test_a_load_spec_with_a_niceness_runs_its_processes_at_it(tmp_path: Path) -> None:
+    """Tenant A's clients run at nice A_CLIENT_NICE (they stand for another customer's
+    machines); a spec's processes take its niceness before they connect."""
+    with start_echo(1, tmp_path / "logs") as server:
+        server.wait_ready(timeout=30)
+        spec = LoadSpec("echo", server.address, processes=2, concurrency=2, duration=0.3, nice=7)
+        with LoadRun(spec) as run:
+            run.wait_ready()
+            base = os.getpriority(os.PRIO_PROCESS, 0)
+            pids = [child.pid for child in run._children if child.pid is not None]
+            assert len(pids) == 2
+            assert [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids] == [base + 7] * 2
+            run.go(time.monotonic() + 0.05)
+            assert run.finish().figure()["status"] == "ok"
+
+
+class _Config:
+    """What NoisyFlow reads of the runner's configuration."""
+
+    duration, warmup = 8.0, 1.0
+
+    def spec(self, scenario: str, target: str, **kw: Any) -> LoadSpec:
+        base = {"duration": self.duration, "warmup": self.warmup}
+        return LoadSpec(scenario, target, **{**base, **kw})
+
+
+def test_only_tenant_a_clients_are_niced() -> None:
+    runner = type("Runner", (), {"config": _Config()})()
+    flow = noisy_flow.NoisyFlow(runner, list(noisy_flow.NOISES), database=None)  # type: ignore[arg-type]
+    for spec in flow.b_specs("b:1", "m:1"):
+        assert spec.nice == 0
+        assert spec.params["tenant"] == tenants.MEASURED
+    for name in noisy_flow.NOISES:
+        spec = flow.noise_spec(name, "b:1", "m:1")
+        assert spec.nice == noisy_flow.A_CLIENT_NICE > 0
+        assert spec.params["tenant"] == tenants.NOISY
+
+
+def test_b_alone_is_measured_right_before_each_noise(monkeypatch: Any) -> None:
+    """Each figure compares B alone and B under A measured back to back, not one B-alone
+    window taken before every noise."""
+    order: list[str] = []
+
+    def fake_run_together(plan: list[tuple[LoadSpec, float]]) -> list[Any]:
+        tenants_in = [spec.params.get("tenant") for spec, _ in plan]
+        order.append("under" if tenants.NOISY in tenants_in else "alone")
+        ok = {"status": "ok", "concurrency": 8, "p50_ms": 1.0, "p99_ms": 2.0, "rpc_per_s": 1.0}
+        return [type("R", (), {"figure": lambda self: dict(ok)})() for _ in plan]
+
+    recorded: dict[str, Any] = {}
+    runner = type(
+        "Runner",
+        (),
+        {
+            "config": _Config(),
+            "results": type("Results", (), {"noisy": recorded})(),
+            "record": lambda self, where, name, figure: where.__setitem__(name, figure),
+            "service": lambda self, *a, **k: _Served(),
+        },
+    )()
+    monkeypatch.setattr(noisy_flow, "run_together", fake_run_together)
+    monkeypatch.setattr(bench_budget, "open_runs", _nothing)
+    flow = noisy_flow.NoisyFlow(runner, ["noisy.hot_runs", "noisy.memory_writes"], database=None)  # type: ignore[arg-type]
+    flow.run()
+    assert order == ["alone", "under", "alone", "under"]
+    assert set(recorded) == {"noisy.hot_runs", "noisy.memory_writes"}
+
+
+class _Served:
+    address = "127.0.0.1:1"
+
+    def __enter__(self) -> _Served:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+async def _nothing(*args: Any, **kwargs: Any) -> None:
+    return None
