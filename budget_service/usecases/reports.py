@@ -31,7 +31,7 @@ from servicekit.timeshare import TimeShare
 ACROSS_REPLICAS = "on the database (across replicas)"
 # Each report counts for at least this long against its tenant's share (its call's own cost
 # beside the statement's), and a tenant may bank this many seconds of its share (2 s of
-# reports at the default 25 %: a dashboard's burst of pages).
+# reports at 25 %, 0.4 s at the default 5 %: a dashboard's burst of pages).
 REPORT_MIN_SECONDS = 0.001
 REPORT_BURST_WINDOW_SECONDS = 8.0
 
@@ -49,7 +49,7 @@ def report_time_used(retry_seconds: float) -> DomainError:
 
 class SpendReports:
     def __init__(
-        self, db: Database, slots: StreamSlots, statement_slots: int, share: float = 0.25
+        self, db: Database, slots: StreamSlots, statement_slots: int, share: float = 0.05
     ) -> None:
         self._db = db  # the reports' own pool, connected on first use
         self._slots = slots

@@ -11,6 +11,12 @@ from servicekit.labels import MetricLabels
 from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
 
 NANOS_PER_USD = 1_000_000_000
+# A tenant's reports' share of one core on each process, in percent. At 25 % (0.2.0's default)
+# a tenant looping reports on both workers of a 2-core bench took a quarter of the machine, and
+# another tenant's Reserve+Consume p99 rose 2.1-2.5x (bench noisy.reports); at 5 % it rose
+# 1.1x. A page reads its own groups (a few ms), so 5 % still serves ten pages a second per
+# process to one tenant; an operator with report-heavy tenants raises it.
+REPORT_SHARE_PERCENT = 5
 
 
 def usd_to_nanos(name: str, text: str) -> int:
@@ -61,7 +67,7 @@ class BudgetSettings:
     max_reports_per_tenant: int = 2
     report_slots_per_tenant: int = 1
     # The share of one core's time a tenant's reports may take on each process.
-    report_share: float = 0.25
+    report_share: float = REPORT_SHARE_PERCENT / 100
     # Group commit of Reserve/Consume/Release (and of Checks): requests per statement, and
     # statements of one tenant at the database at once from one process.
     batch: BatchSettings = field(default_factory=BatchSettings)
@@ -142,7 +148,7 @@ def _api_key_refresh_ms(env: Env) -> int:
 
 def _report_share_percent(env: Env) -> int:
     name = "RATION_BUDGET_REPORT_SHARE_PERCENT"
-    value = env.integer(name, 25, minimum=1)
+    value = env.integer(name, REPORT_SHARE_PERCENT, minimum=1)
     if value > 100:  # a share of one core's time
         raise SettingsError(f"{name}={value} is invalid: must be <= 100")
     return value
