@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import error_details_pb2, status_pb2
 
 from bench import budget as bench_budget
-from bench import noisy_flow, report, tenants
+from bench import noisy_flow, noisy_notify, report, tenants
 from bench.caller import DEFAULT_BACKOFF, MAX_BACKOFF, auth, backoff
 from bench.load import LoadRun, LoadSpec, run_together
 from bench.servers import start_echo
@@ -302,3 +305,26 @@ class _Served:
 
 async def _nothing(*args: Any, **kwargs: Any) -> None:
     return None
+
+
+def test_a_dripping_receiver_closed_mid_post_prints_no_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The notify figure ends with some of A's POSTs still dripping: their handlers are
+    cancelled as the event loop closes, and asyncio's stream server logged each one's
+    CancelledError traceback into the bench's output."""
+
+    async def post_and_leave() -> None:
+        receivers = noisy_notify.Receivers()
+        async with receivers.serving() as (a_url, _):
+            port = int(a_url.rsplit(":", 1)[1].split("/", 1)[0])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /a HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+            await reader.readuntil(b"X-Drip: ")  # the answer has begun: it drips from now
+            assert receivers.dripping == 1
+        # The loop closes now, with the handler asleep between two drips.
+
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        asyncio.run(post_and_leave())
+    assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
