@@ -19,7 +19,7 @@ callers had given up (issue 17 item 5). Here every job names its tenant and:
   started runs to its end (threads cannot be stopped) and keeps its worker and share until then;
 - bulk work yields the CPU: a job of `bulk_cost` or more (a part of a large write) runs on
   threads of its own that the operating system schedules at a lower priority (nice
-  BULK_NICE, 19, Linux), beside the threads of small jobs, so a small write takes a core at once
+  BULK_NICE, Linux), beside the threads of small jobs, so a small write takes a core at once
   even while large writes keep every bulk thread busy, on a host whose cores the large writes
   would otherwise fill (issue 24: another tenant's small appends went from 128 ms to 400 ms
   p99). Each class has `workers` threads and the fairness rules above, apart.
@@ -54,12 +54,9 @@ deadline_var: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 # Bounds of the RetryInfo delay a refused caller is given.
 MIN_RETRY_SECONDS = 0.05
 MAX_RETRY_SECONDS = 5.0
-# The niceness of the bulk threads (the others keep the process's): Linux weighs a nice-19
-# thread about a seventieth of a nice-0 one when both want a core, so bulk work runs on what
-# the other calls leave. At nice 10 (a tenth) another tenant's 36 large writes still raised a
-# tenant's Reserve+Consume p99 2.05-2.11x on the 2-core bench (noisy.memory_writes), at 19
-# 1.73-1.89x; on an idle host they run as fast either way.
-BULK_NICE = 19
+# The niceness of the bulk threads (the others keep the process's): Linux weighs a nice-10
+# thread about a tenth of a nice-0 one when both want a core.
+BULK_NICE = 10
 # Jobs of this cost (characters) or more are bulk unless configured otherwise.
 BULK_COST = 16 * 1024
 NORMAL, BULK = 0, 1
