@@ -11,11 +11,12 @@ from servicekit.labels import MetricLabels
 from servicekit.settings import DatabaseSettings, Env, ServerSettings, SettingsError
 
 NANOS_PER_USD = 1_000_000_000
-# A tenant's reports' share of one core on each process, in percent. At 25 % (0.2.0's default)
-# a tenant looping reports on both workers of a 2-core bench took a quarter of the machine, and
-# another tenant's Reserve+Consume p99 rose 2.1-2.5x (bench noisy.reports); at 5 % it rose
-# 1.1x. A page reads its own groups (a few ms), so 5 % still serves ten pages a second per
-# process to one tenant; an operator with report-heavy tenants raises it.
+# A tenant's reports' share of one core on each process, in percent. At 25 % (its first
+# default) one tenant's report loop on both workers of the 2-core bench made 100-157 pages a
+# second and another tenant's Reserve+Consume p50 rose 1.3-1.6x (bench noisy.reports); at 5 %
+# it made 7-29 and the other's p50 stayed at 0.9-1.1x. A page reads its own groups (a few ms),
+# so 5 % still serves about ten pages a second per process to one tenant; an operator with
+# report-heavy tenants raises it.
 REPORT_SHARE_PERCENT = 5
 
 

@@ -110,8 +110,8 @@ def test_with_tokens_any_address_may_be_bound(tmp_path: Path) -> None:
 
 
 def test_a_tenants_reports_get_five_percent_of_a_core_by_default() -> None:
-    """Issue 24: at 25 % one tenant's report loop slowed another tenant's Reserve+Consume p99
-    beyond 2x on the bench; reports are not on anybody's critical path."""
+    """Issue 24: at 25 % one tenant's report loop slowed another tenant's Reserve+Consume
+    (p50 1.3-1.6x on the bench); reports are not on anybody's critical path."""
     assert BudgetSettings.from_env(Env({})).report_share == 0.05
     share = Env({"RATION_BUDGET_REPORT_SHARE_PERCENT": "25"})
     assert BudgetSettings.from_env(share).report_share == 0.25
