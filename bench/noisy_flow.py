@@ -28,11 +28,12 @@ import asyncio
 import math
 import time
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from bench import budget, tenants
+from bench import budget, procstat, tenants
 from bench.caller import auth, unary
 from bench.database import BenchDatabase, admin
 from bench.load import LoadSpec, run_together
@@ -80,6 +81,37 @@ def seed_ledger_sql(tenant: str, copies: int) -> str:
         f" 'model', 'model-' || (g % {MODELS}),"
         f" 'created_at', now() - make_interval(hours => g % {HOURS}))) c"
     )
+
+
+CORE_PARTS = ("budget", "memory", "postgres", "machine")
+
+
+def core_ticks(roots: dict[str, list[int]]) -> tuple[float, dict[str, int | None]]:
+    """Now, and the CPU ticks used so far by each part's process trees and by the machine."""
+    table = procstat.process_table()
+    ticks: dict[str, int | None] = {
+        part: procstat.tree_ticks(pids, table) if any(p in table for p in pids) else None
+        for part, pids in roots.items()
+    }
+    ticks["machine"] = procstat.machine_busy()
+    return time.monotonic(), ticks
+
+
+def cores_used(
+    before: tuple[float, Mapping[str, int | None]],
+    after: tuple[float, Mapping[str, int | None]],
+    hz: int,
+) -> dict[str, float | None]:
+    """Cores each part kept busy on average between two `core_ticks` (None: not measured)."""
+    seconds = after[0] - before[0]
+    out: dict[str, float | None] = {}
+    for part in CORE_PARTS:
+        a, b = before[1].get(part), after[1].get(part)
+        if a is None or b is None or seconds <= 0:
+            out[part] = None
+        else:
+            out[part] = round(max(0, b - a) / hz / seconds, 2)
+    return out
 
 
 def ratio(under: Any, alone: Any) -> float | None:
@@ -271,14 +303,26 @@ class NoisyFlow:
             if "noisy.reports" in self.names:
                 self.seed_ledger(budget_at)
             b = self.b_specs(budget_at, memory_at)
+            roots = {
+                "budget": [budget_server.popen.pid],
+                "memory": [memory_server.popen.pid],
+                "postgres": [self.runner.postmaster] if self.runner.postmaster else [],
+            }
+            hz = procstat.clock_ticks()
             for name in self.names:
+                start = core_ticks(roots)
                 alone = [r.figure() for r in run_together([(spec, 0.0) for spec in b])]
+                middle = core_ticks(roots)
                 noise = self.noise_spec(name, budget_at, memory_at)
                 results = run_together([(noise, 0.0), *((spec, LEAD) for spec in b)])
+                end = core_ticks(roots)
                 under = [r.figure() for r in results[1:]]
-                self.runner.record(
-                    self.runner.results.noisy, name, figure(alone, under, results[0].figure())
-                )
+                result = figure(alone, under, results[0].figure())
+                result["cores"] = {
+                    "alone": cores_used(start, middle, hz),
+                    "under": cores_used(middle, end, hz),
+                }
+                self.runner.record(self.runner.results.noisy, name, result)
 
 
 def line(name: str, figure: dict[str, Any]) -> str:
@@ -297,8 +341,11 @@ def line(name: str, figure: dict[str, Any]) -> str:
         mine = f"B appends p99 x{appends['ratio_p99']}"
     else:
         mine = f"B appends {appends.get('status')}: {str(appends.get('reason', ''))[:120]}"
+    busy = {phase: (figure.get("cores") or {}).get(phase) or {} for phase in ("alone", "under")}
+    cores = f"; machine cores {busy['alone'].get('machine')} → {busy['under'].get('machine')}"
     return (
         f"{name:<30} B p50/p99 alone {figure['alone_p50_ms']:.1f}/{figure['alone_p99_ms']:.1f} ms,"
         f" under A {figure['under_p50_ms']:.1f}/{figure['under_p99_ms']:.1f} ms:"
         f" x{figure['ratio_p99']}; {mine}; ≤ {BOUND:g}: {'yes' if figure['met'] else 'no'}; {noise}"
+        f"{cores if figure.get('cores') else ''}"
     )

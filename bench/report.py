@@ -318,6 +318,10 @@ NOISY_NOTES = """\
   (pairs, and the appends when measured; appends that never finished under A are a no). On a
   loaded shared machine one run's p99 is mostly the machine's noise: compare runs, not one
   figure.
+- *Cores*: the CPUs the budget service, the memory service, Postgres and the whole machine kept
+  busy on average while B ran alone → while A ran too (each phase from its load processes'
+  start to their end; `/proc`, as for CPU per RPC). A machine near its core count while B runs
+  alone has no room for A that B would not feel.
 """
 
 
@@ -339,6 +343,13 @@ def _noisy_note(f: dict[str, Any]) -> str:
         )
     elif appends:
         note += f"; B's appends {_status(appends)}"
+    cores = f.get("cores") or {}
+    if cores.get("alone") and cores.get("under"):
+        parts = ("budget", "memory", "postgres", "machine")
+        shown = ", ".join(
+            f"{p} {_num(cores['alone'].get(p))} → {_num(cores['under'].get(p))}" for p in parts
+        )
+        note += f"; cores {shown}"
     return note
 
 

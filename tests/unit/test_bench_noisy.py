@@ -283,6 +283,7 @@ def test_b_alone_is_measured_right_before_each_noise(monkeypatch: Any) -> None:
             "results": type("Results", (), {"noisy": recorded})(),
             "record": lambda self, where, name, figure: where.__setitem__(name, figure),
             "service": lambda self, *a, **k: _Served(),
+            "postmaster": None,
         },
     )()
     monkeypatch.setattr(noisy_flow, "run_together", fake_run_together)
@@ -291,10 +292,44 @@ def test_b_alone_is_measured_right_before_each_noise(monkeypatch: Any) -> None:
     flow.run()
     assert order == ["alone", "under", "alone", "under"]
     assert set(recorded) == {"noisy.hot_runs", "noisy.memory_writes"}
+    for figure in recorded.values():  # each phase's cores, from this process standing in
+        assert set(figure["cores"]) == {"alone", "under"}
+        assert figure["cores"]["alone"]["budget"] is not None
+        assert figure["cores"]["alone"]["postgres"] is None  # no postmaster known
+
+
+def test_cores_used_per_part_between_two_readings() -> None:
+    before = (10.0, {"budget": 100, "memory": 50, "postgres": None, "machine": 1000})
+    after = (12.0, {"budget": 300, "memory": 50, "postgres": 40, "machine": 1360})
+    assert noisy_flow.cores_used(before, after, 100) == {
+        "budget": 1.0,
+        "memory": 0.0,
+        "postgres": None,  # not measured in one of the readings
+        "machine": 1.8,
+    }
+    assert noisy_flow.cores_used(after, after, 100)["machine"] is None  # no time passed
+    _, ticks = noisy_flow.core_ticks({"budget": [os.getpid()], "memory": []})
+    assert ticks["budget"] is not None
+    assert ticks["memory"] is None  # no process to measure
+    assert ticks["machine"]
+
+
+def test_results_md_noisy_note_shows_cores_alone_and_under_a(tmp_path: Path) -> None:
+    alone = [_pairs(5.0, 20.0), _append(40.0)]
+    ok = noisy_flow.figure(alone, [_pairs(9.0, 30.0), _append(60.0)], A_OK)
+    ok["cores"] = {
+        "alone": {"budget": 0.5, "memory": 0.55, "postgres": 0.6, "machine": 1.93},
+        "under": {"budget": 0.6, "memory": 0.42, "postgres": None, "machine": 2.0},
+    }
+    note = report._noisy_note(ok)
+    assert note.endswith(
+        "; cores budget 0.50 → 0.60, memory 0.55 → 0.42, postgres 0.60 → —, machine 1.93 → 2.00"
+    )
 
 
 class _Served:
     address = "127.0.0.1:1"
+    popen = type("Popen", (), {"pid": os.getpid()})()
 
     def __enter__(self) -> _Served:
         return self
