@@ -266,6 +266,37 @@ async def test_later_jobs_of_an_admitted_call_are_not_refused_for_the_share() ->
         pool.close()
 
 
+async def test_a_tenants_multi_part_calls_finish_one_after_another() -> None:
+    """A call's later parts go before the tenant's calls not yet started, so a tenant's large
+    writes finish in the order they started, each as soon as its own parts are done, rather
+    than all together at the end (36 writes of 900 KB, 30 parts each, took turns part by part
+    and none finished in 18 s; issue 24)."""
+    pool = CpuPool(workers=1, tenant_share=10)
+    order: list[str] = []
+
+    def record(name: str) -> str:
+        order.append(name)
+        return name
+
+    async def write(name: str, first: Gate | None = None) -> str:
+        for part in range(3):
+            job = first if first is not None and part == 0 else record
+            await pool.run("a", job, f"{name}{part}", admitted=part > 0)
+        return name
+
+    try:
+        gate = Gate()
+        writes = [asyncio.create_task(write("w1", gate))]
+        await entered(gate)
+        writes += [asyncio.create_task(write(name)) for name in ("w2", "w3")]
+        await asyncio.sleep(0)
+        gate.release.set()
+        assert await asyncio.gather(*writes) == ["w1", "w2", "w3"]
+        assert order == ["w11", "w12", "w20", "w21", "w22", "w30", "w31", "w32"]
+    finally:
+        pool.close()
+
+
 async def test_a_tenant_leaves_a_worker_free_for_the_others() -> None:
     """Two workers, tenant a floods: a runs one job at a time (every worker but one), so b's
     job starts at once on the free worker while a's first job still runs (issue 24)."""
