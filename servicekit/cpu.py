@@ -28,7 +28,9 @@ callers had given up (issue 17 item 5). Here every job names its tenant and:
   BULK_NICE, Linux), beside the threads of small jobs, so a small write takes a core at once
   even while large writes keep every bulk thread busy, on a host whose cores the large writes
   would otherwise fill (issue 24: another tenant's small appends went from 128 ms to 400 ms
-  p99). Each class has `workers` threads and the fairness rules above, apart.
+  p99). Niceness ranks threads within one scheduling group (see BULK_NICE): the bulk threads
+  yield to this process's other threads, and to other processes only inside the same group.
+  Each class has `workers` threads and the fairness rules above, apart.
 """
 
 from __future__ import annotations
@@ -61,7 +63,10 @@ deadline_var: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 MIN_RETRY_SECONDS = 0.05
 MAX_RETRY_SECONDS = 5.0
 # The niceness of the bulk threads (the others keep the process's): Linux weighs a nice-10
-# thread about a tenth of a nice-0 one when both want a core.
+# thread about a tenth of a nice-0 one when both want a core in the same scheduling group. A
+# cgroup (a container, a systemd unit) or an autogroup (a session, with
+# /proc/sys/kernel/sched_autogroup_enabled) is a group: its weight against other groups does
+# not change with its threads' niceness (nice 19 gave the same noisy figures as 10, issue 24).
 BULK_NICE = 10
 # Jobs of this cost (characters) or more are bulk unless configured otherwise.
 BULK_COST = 16 * 1024
