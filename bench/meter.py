@@ -68,8 +68,7 @@ class Meter:
             "load": list(load),
         }
         ticks: dict[str, int | None] = {
-            part: procstat.tree_ticks(pids, table) if any(p in table for p in pids) else None
-            for part, pids in roots.items()
+            part: procstat.measured_ticks(pids, table) for part, pids in roots.items()
         }
         metrics = self.scrape() if self.scrape else None
         return Snapshot(at, ticks, procstat.machine_busy(), metrics)

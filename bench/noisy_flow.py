@@ -89,10 +89,7 @@ CORE_PARTS = ("budget", "memory", "postgres", "machine")
 def core_ticks(roots: dict[str, list[int]]) -> tuple[float, dict[str, int | None]]:
     """Now, and the CPU ticks used so far by each part's process trees and by the machine."""
     table = procstat.process_table()
-    ticks: dict[str, int | None] = {
-        part: procstat.tree_ticks(pids, table) if any(p in table for p in pids) else None
-        for part, pids in roots.items()
-    }
+    ticks = {part: procstat.measured_ticks(pids, table) for part, pids in roots.items()}
     ticks["machine"] = procstat.machine_busy()
     return time.monotonic(), ticks
 

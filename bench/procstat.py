@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,6 +93,11 @@ def tree(roots: Iterable[int], table: Mapping[int, Stat]) -> set[int]:
 def tree_ticks(roots: Iterable[int], table: Mapping[int, Stat]) -> int:
     """CPU ticks used so far by the roots' process trees (including reaped children)."""
     return sum(table[pid].ticks for pid in tree(roots, table))
+
+
+def measured_ticks(roots: Sequence[int], table: Mapping[int, Stat]) -> int | None:
+    """`tree_ticks` of the roots, or None when none of them is alive (nothing to measure)."""
+    return tree_ticks(roots, table) if any(pid in table for pid in roots) else None
 
 
 def busy_ticks(proc_stat: str) -> int | None:

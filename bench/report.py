@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from bench import chart, meter
+from bench import chart, meter, noisy_flow
 from bench.budget import FEW_CALLERS
 from bench.targets import evaluate
 
@@ -345,9 +345,9 @@ def _noisy_note(f: dict[str, Any]) -> str:
         note += f"; B's appends {_status(appends)}"
     cores = f.get("cores") or {}
     if cores.get("alone") and cores.get("under"):
-        parts = ("budget", "memory", "postgres", "machine")
         shown = ", ".join(
-            f"{p} {_num(cores['alone'].get(p))} → {_num(cores['under'].get(p))}" for p in parts
+            f"{p} {_num(cores['alone'].get(p))} → {_num(cores['under'].get(p))}"
+            for p in noisy_flow.CORE_PARTS
         )
         note += f"; cores {shown}"
     return note
