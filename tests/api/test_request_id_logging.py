@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -59,6 +60,12 @@ async def test_a_request_id_shaped_like_a_secret_or_too_long_is_never_logged(
             metadata = (("authorization", f"Bearer {token}"), ("x-request-id", sent))
             with pytest.raises(grpc.aio.AioRpcError):  # no such run / unauthenticated
                 await stub.GetRun(pb.GetRunRequest(run_id="run_nope"), metadata=metadata)
+    # The access line is written once the handler has ended, which can come after the client
+    # already has its error (a CI run missed the last call's line): wait for all three.
+    for _ in range(500):
+        if sum('"msg": "rpc"' in line for line in debug_logs.lines) >= 3:
+            break
+        await asyncio.sleep(0.01)
 
     rpc_lines = [json.loads(line) for line in debug_logs.lines if '"msg": "rpc"' in line]
     logs = "\n".join(debug_logs.lines)
