@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from servicekit.batching import GroupCommit
+from servicekit.batching import GroupCommit, Pacer
 from servicekit.cpu import deadline_var
 from servicekit.errors import DomainError, ErrorKind, store_busy
 
@@ -188,3 +188,103 @@ async def test_a_busy_pool_refuses_only_the_impatient_and_requeues_the_rest() ->
     assert refused.value.reason == "STORE_BUSY"
     assert await patient == "t:2"
     assert attempts[-1] == [2]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_pacer_never_holds_a_group_alone_or_beside_groups_that_never_wait() -> None:
+    clock = Clock()
+    pacer: Pacer[str] = Pacer(clock=clock)
+    for _ in range(50):
+        pacer.sent("a", 32, backlog=True)
+        clock.now += 0.005
+    assert pacer.wait("a") == 0.0  # alone, however fast
+    pacer.sent("c", 1, backlog=False)  # a few calls now and then: never waited
+    assert pacer.wait("a") == 0.0
+
+
+def test_a_pacer_holds_the_group_ahead_of_every_other_backlogged_group() -> None:
+    clock = Clock()
+    pacer: Pacer[str] = Pacer(tau=0.5, memory=0.1, max_wait=0.5, floor=1, clock=clock)
+    for _ in range(10):
+        pacer.sent("a", 32, backlog=True)
+        pacer.sent("b", 4, backlog=True)
+        clock.now += 0.01
+    rate_a, rate_b = pacer.rate("a"), pacer.rate("b")
+    assert rate_a == pytest.approx(8 * rate_b)
+    assert pacer.wait("b") == 0.0  # behind a: never held
+    wait = pacer.wait("a")
+    assert 0 < wait <= 0.5
+    clock.now += wait
+    # held until its rate is down to b's, or for max_wait at most
+    assert pacer.rate("a") >= pacer.rate("b") * 0.999 or wait == 0.5
+    # b's backlog ends `memory` after its last batch: a goes on unheld
+    clock.now += 0.2
+    assert pacer.wait("a") == 0.0
+
+
+def test_a_pacer_never_holds_a_group_below_its_floor() -> None:
+    """A neighbour whose own batches are slow (backlogged at 40 items a second) holds a
+    group ahead of it down to the floor, not down to its own rate."""
+    clock = Clock()
+    pacer: Pacer[str] = Pacer(tau=0.5, floor=200, clock=clock)
+    for _ in range(100):
+        pacer.sent("a", 8, backlog=True)
+        pacer.sent("slow", 1, backlog=True)
+        clock.now += 0.025  # a: 320 items a second, slow: 40
+    wait = pacer.wait("a")
+    assert wait > 0
+    clock.now += wait
+    assert pacer.rate("a") == pytest.approx(200, rel=0.01)  # the floor, not 40
+
+
+async def _closed_loop(
+    batcher: GroupCommit[str, int, str],
+    group: str,
+    callers: int,
+    counted: tuple[float, float],
+    done: dict[str, int],
+) -> None:
+    """`callers` callers sending until the end of `counted`, their answers counted in it."""
+
+    async def caller(n: int) -> None:
+        while time.monotonic() < counted[1]:
+            await batcher.submit(group, 0)
+            if time.monotonic() >= counted[0]:
+                done[group] = done.get(group, 0) + 1
+            await asyncio.sleep(0.001 * (n % 4))  # the round trip to the caller and back
+
+    await asyncio.gather(*(caller(n) for n in range(callers)))
+
+
+@pytest.mark.parametrize("paced", [True, False])
+async def test_many_callers_buy_no_larger_share_while_both_groups_wait(paced: bool) -> None:
+    """Closed-loop callers (each sends again a moment after its answer), 32 of group a and 4
+    of group b, on a database whose statement takes 5 ms whatever the batch: unpaced, a's big
+    batches carry about 8 items to b's one; paced, about as many each once the rates are known
+    (counted from the first second on: the rates' time constant is half of one)."""
+
+    async def send(group: str, items: Sequence[int]) -> list[str]:
+        await asyncio.sleep(0.005)
+        return [group] * len(items)
+
+    pacer: Pacer[str] | None = Pacer(floor=1) if paced else None
+    batcher: GroupCommit[str, int, str] = GroupCommit(send, pacer=pacer, default_wait=30)
+    done: dict[str, int] = {}
+    start = time.monotonic()
+    counted = (start + 1.0, start + 2.5)
+    await asyncio.gather(
+        _closed_loop(batcher, "a", 32, counted, done),
+        _closed_loop(batcher, "b", 4, counted, done),
+    )
+    share = done["a"] / done["b"]
+    if paced:
+        assert share < 1.6, done
+    else:
+        assert share > 4, done
