@@ -49,7 +49,7 @@ from budget_service.domain.run_state import ReserveMode, RunState
 from budget_service.store import decisions
 from budget_service.store import stored_replies as replies
 from budget_service.usecases.transactions import Transactions
-from servicekit.batching import GroupCommit
+from servicekit.batching import GroupCommit, Pacer
 from servicekit.idempotency import RequestKey, request_id_reused
 
 # How long a tenant's batch waits for its runs' locks before it skips the locked ones, and how
@@ -77,6 +77,7 @@ class Reservations:
             inflight=batch.inflight,
             observe=tx.metrics.batch_size.observe,
             default_wait=tx.settings.database.acquire_timeout_seconds,
+            pacer=Pacer(floor=batch.pacing_floor) if batch.paced else None,
         )
         # Tenants whose batches skip locked runs, until when (after a brief wait ran out).
         self._skipping: dict[str, float] = {}
@@ -95,6 +96,7 @@ class Reservations:
             inflight=batch.inflight,
             observe=tx.metrics.check_batch_size.observe,
             default_wait=tx.settings.database.acquire_timeout_seconds,
+            pacer=Pacer(floor=batch.pacing_floor) if batch.paced else None,
         )
 
     async def _decide(self, tenant: str, items: Sequence[decisions.Item]) -> list[decisions.Answer]:

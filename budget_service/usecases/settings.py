@@ -131,6 +131,8 @@ class BudgetSettings:
             batch=BatchSettings(
                 max_items=env.integer("RATION_BUDGET_BATCH_MAX", 64, minimum=1),
                 inflight=env.integer("RATION_BUDGET_BATCH_INFLIGHT", 1, minimum=1),
+                paced=env.flag("RATION_BUDGET_FAIR_PACING", True),
+                pacing_floor=env.integer("RATION_BUDGET_PACING_FLOOR", 200, minimum=1),
             ),
             api_key_refresh_seconds=_api_key_refresh_ms(env) / 1000,
         )
