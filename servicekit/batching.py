@@ -107,12 +107,14 @@ class Pacer(Generic[G]):
         memory: float = 0.1,
         max_wait: float = 0.5,
         floor: float = PACING_FLOOR,
+        observe_hold: Callable[[float], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if tau <= 0 or memory <= 0 or max_wait < 0 or floor <= 0:
             raise ValueError("tau, memory and floor must be positive, max_wait not negative")
         self.tau, self.memory, self.max_wait = tau, memory, max_wait
         self.floor = floor
+        self._observe_hold = observe_hold  # told each hold's seconds
         self._clock = clock
         self._rates: dict[G, tuple[float, float]] = {}  # group -> (rate, when)
         self._backlogged: dict[G, float] = {}  # group -> until when
@@ -143,7 +145,10 @@ class Pacer(Generic[G]):
         own, target = self._rate(group, now), max(max(others), self.floor)
         if own <= target:
             return 0.0
-        return min(self.max_wait, self.tau * math.log(own / target))
+        hold = min(self.max_wait, self.tau * math.log(own / target))
+        if self._observe_hold is not None:
+            self._observe_hold(hold)
+        return hold
 
 
 class GroupCommit(Generic[G, I, R]):

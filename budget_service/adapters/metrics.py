@@ -193,6 +193,12 @@ class BudgetMetrics:
             buckets=sizes,
             registry=registry,
         )
+        self.paced_seconds = Counter(
+            "ration_budget_paced_seconds",
+            "Seconds tenants' batches were held by fair pacing (RATION_BUDGET_FAIR_PACING):"
+            " a tenant ahead of every other tenant with calls waiting.",
+            registry=registry,
+        )
         self.locked_run_waits = Counter(
             "ration_budget_locked_run_waits",
             "Reserve/Consume/Release requests whose run was locked elsewhere when their batch"

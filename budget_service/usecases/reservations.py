@@ -77,7 +77,7 @@ class Reservations:
             inflight=batch.inflight,
             observe=tx.metrics.batch_size.observe,
             default_wait=tx.settings.database.acquire_timeout_seconds,
-            pacer=Pacer(floor=batch.pacing_floor) if batch.paced else None,
+            pacer=self._pacer(),
         )
         # Tenants whose batches skip locked runs, until when (after a brief wait ran out).
         self._skipping: dict[str, float] = {}
@@ -96,8 +96,15 @@ class Reservations:
             inflight=batch.inflight,
             observe=tx.metrics.check_batch_size.observe,
             default_wait=tx.settings.database.acquire_timeout_seconds,
-            pacer=Pacer(floor=batch.pacing_floor) if batch.paced else None,
+            pacer=self._pacer(),
         )
+
+    def _pacer(self) -> Pacer[str] | None:
+        """A batcher's own pacer (Checks and mutations are paced apart), if pacing is on."""
+        batch = self._tx.settings.batch
+        if not batch.paced:
+            return None
+        return Pacer(floor=batch.pacing_floor, observe_hold=self._tx.metrics.paced_seconds.inc)
 
     async def _decide(self, tenant: str, items: Sequence[decisions.Item]) -> list[decisions.Answer]:
         db, advisory = self._tx.db, self._tx.host_advisory

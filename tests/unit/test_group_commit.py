@@ -211,7 +211,10 @@ def test_a_pacer_never_holds_a_group_alone_or_beside_groups_that_never_wait() ->
 
 def test_a_pacer_holds_the_group_ahead_of_every_other_backlogged_group() -> None:
     clock = Clock()
-    pacer: Pacer[str] = Pacer(tau=0.5, memory=0.1, max_wait=0.5, floor=1, clock=clock)
+    holds: list[float] = []
+    pacer: Pacer[str] = Pacer(
+        tau=0.5, memory=0.1, max_wait=0.5, floor=1, observe_hold=holds.append, clock=clock
+    )
     for _ in range(10):
         pacer.sent("a", 32, backlog=True)
         pacer.sent("b", 4, backlog=True)
@@ -221,6 +224,7 @@ def test_a_pacer_holds_the_group_ahead_of_every_other_backlogged_group() -> None
     assert pacer.wait("b") == 0.0  # behind a: never held
     wait = pacer.wait("a")
     assert 0 < wait <= 0.5
+    assert holds == [wait]  # counted (ration_budget_paced_seconds_total)
     clock.now += wait
     # held until its rate is down to b's, or for max_wait at most
     assert pacer.rate("a") >= pacer.rate("b") * 0.999 or wait == 0.5
