@@ -15,18 +15,9 @@ from budget_service.usecases.settings import BudgetSettings
 from servicekit.db import Database
 from servicekit.errors import DomainError
 from servicekit.settings import Env
+from tests.support.clock import ManualClock
 
 REFRESH = 1.0
-
-
-class Clock:
-    """The cache's monotonic clock, moved by the test (no sleeping)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -61,7 +52,7 @@ async def mint(db: asyncpg.Connection, key_id: str, secret: str, ends_in: float 
 async def test_reloads_misses_overlaps_and_staleness(
     app_db: Database, db: asyncpg.Connection
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     cache = KeyCache(app_db, REFRESH, clock)
     await mint(db, "key-a", "secret-a", None)
     await mint(db, "key-b", "secret-b", 30.0)  # a rotated-away secret: 30 s of overlap left

@@ -10,6 +10,7 @@
 - `scenarios`: budget scenarios that emit every event type in hard and advisory mode.
 - `manifests`, `tokens`: the reference manifest bytes and token counts, computed independently.
 - `fingerprints`, `audits`: did a call write anything; the invariants read back after a load.
+- `clock`: a monotonic clock the test moves by hand.
 - `fuzz`: hostile requests built from the proto descriptors and the verdict on each answer.
 - `releases`: the releases of CHANGELOG.md and their commits' files, read from git history.
 - `oracle`: the reference model of budget decisions (every rule and row, in memory) that the

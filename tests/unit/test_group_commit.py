@@ -11,6 +11,7 @@ import pytest
 from servicekit.batching import GroupCommit, Pacer
 from servicekit.cpu import deadline_var
 from servicekit.errors import DomainError, ErrorKind, store_busy
+from tests.support.clock import ManualClock
 
 
 class Recorder:
@@ -190,16 +191,8 @@ async def test_a_busy_pool_refuses_only_the_impatient_and_requeues_the_rest() ->
     assert attempts[-1] == [2]
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_pacer_never_holds_a_group_alone_or_beside_groups_that_never_wait() -> None:
-    clock = Clock()
+    clock = ManualClock()
     pacer: Pacer[str] = Pacer(clock=clock)
     for _ in range(50):
         pacer.sent("a", 32, backlog=True)
@@ -210,7 +203,7 @@ def test_a_pacer_never_holds_a_group_alone_or_beside_groups_that_never_wait() ->
 
 
 def test_a_pacer_holds_the_group_ahead_of_every_other_backlogged_group() -> None:
-    clock = Clock()
+    clock = ManualClock()
     holds: list[float] = []
     pacer: Pacer[str] = Pacer(
         tau=0.5, memory=0.1, max_wait=0.5, floor=1, observe_hold=holds.append, clock=clock
@@ -236,7 +229,7 @@ def test_a_pacer_holds_the_group_ahead_of_every_other_backlogged_group() -> None
 def test_a_pacer_never_holds_a_group_below_its_floor() -> None:
     """A neighbour whose own batches are slow (backlogged at 40 items a second) holds a
     group ahead of it down to the floor, not down to its own rate."""
-    clock = Clock()
+    clock = ManualClock()
     pacer: Pacer[str] = Pacer(tau=0.5, floor=200, clock=clock)
     for _ in range(100):
         pacer.sent("a", 8, backlog=True)

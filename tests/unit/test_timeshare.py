@@ -5,18 +5,11 @@ from __future__ import annotations
 import pytest
 
 from servicekit.timeshare import TimeShare
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clock import ManualClock
 
 
 def test_a_tenant_within_its_share_never_waits() -> None:
-    clock = Clock()
+    clock = ManualClock()
     share = TimeShare(0.25, burst=1.0, min_cost=0.001, clock=clock)
     for _ in range(100):  # 10 ms of work every 100 ms: 10 % of the time
         assert share.wait_seconds("a") == 0
@@ -25,7 +18,7 @@ def test_a_tenant_within_its_share_never_waits() -> None:
 
 
 def test_a_tenant_past_its_share_waits_until_it_refilled_and_others_do_not() -> None:
-    clock = Clock()
+    clock = ManualClock()
     share = TimeShare(0.25, burst=1.0, min_cost=0.001, clock=clock)
     share.spend("a", 1.5)  # the whole burst and half a second more
     wait = share.wait_seconds("a")
@@ -36,7 +29,7 @@ def test_a_tenant_past_its_share_waits_until_it_refilled_and_others_do_not() -> 
 
 
 def test_each_call_costs_at_least_the_minimum() -> None:
-    clock = Clock()
+    clock = ManualClock()
     share = TimeShare(0.1, burst=0.05, min_cost=0.01, clock=clock)
     for _ in range(5):
         assert share.wait_seconds("a") == 0
