@@ -195,8 +195,8 @@ class BudgetMetrics:
         )
         self.paced_seconds = Counter(
             "ration_budget_paced_seconds",
-            "Seconds tenants' batches were held by fair pacing (RATION_BUDGET_FAIR_PACING):"
-            " a tenant ahead of every other tenant with calls waiting.",
+            "Seconds batches were held by fair pacing (RATION_BUDGET_FAIR_PACING) because"
+            " their caller was ahead of every other one with calls waiting.",
             registry=registry,
         )
         self.locked_run_waits = Counter(
