@@ -17,13 +17,13 @@ machine's calls (tenant A with 64 callers on hot runs had 2.4 times the calls of
 8, and B's p99 went 2.5 times up; issue 24). With a `Pacer`, while several groups each have
 items waiting behind their own batch (each wants more than it gets), none sends items faster
 than the fastest of the others: before a batch, a group ahead of them all waits until its rate
-has come down to the next one's, or to `floor` items a second (at most `Pacer.max_wait`; the
-items waiting meanwhile join the batch, each still answered STORE_BUSY at its deadline). A
-group alone, or beside groups whose items never wait (a few calls now and then), is never
-paced. The price: two groups that both keep their queues full get the same rate from a
-process even while the database could serve one of them more; the floor bounds what a
-neighbour whose own batches are slow can cost the others (`BatchSettings.paced` turns pacing
-off).
+has come down to the next one's, or to `floor` items a second (at most `Pacer.max_wait`, and
+never so long that a waiting item could not be sent before its deadline; the items waiting
+meanwhile join the batch). A group alone, or beside groups whose items never wait (a few calls
+now and then), is never paced. The price: two groups that both keep their queues full get the
+same rate from a process even while the database could serve one of them more; the floor
+bounds what a neighbour whose own batches are slow can cost the others (`BatchSettings.paced`
+turns pacing off).
 
 A caller that is cancelled (deadline, disconnect) while its item still waits leaves the queue
 at once; once sent, the item completes with its batch and the answer is dropped. A failing
@@ -99,7 +99,8 @@ class Pacer(Generic[G]):
     seconds. A group is backlogged for `memory` seconds after it sent a batch of items that
     had waited behind its previous one. `wait(group)` is how long the group should hold its
     next batch: 0 unless every other backlogged group's rate is below its own, else until its
-    own has decayed to the fastest of theirs (never below `floor`), at most `max_wait`."""
+    own has decayed to the fastest of theirs (never below `floor`), at most `max_wait` and
+    `at_most`."""
 
     def __init__(
         self,
@@ -135,7 +136,7 @@ class Pacer(Generic[G]):
             for quiet in [g for g in self._rates if self._rate(g, now) < 0.01]:
                 del self._rates[quiet]
 
-    def wait(self, group: G) -> float:
+    def wait(self, group: G, at_most: float = math.inf) -> float:
         now = self._clock()
         for done in [g for g, until in self._backlogged.items() if until <= now]:
             del self._backlogged[done]
@@ -145,7 +146,9 @@ class Pacer(Generic[G]):
         own, target = self._rate(group, now), max(max(others), self.floor)
         if own <= target:
             return 0.0
-        hold = min(self.max_wait, self.tau * math.log(own / target))
+        hold = min(self.max_wait, at_most, self.tau * math.log(own / target))
+        if hold <= 0:
+            return 0.0
         if self._observe_hold is not None:
             self._observe_hold(hold)
         return hold
@@ -222,10 +225,15 @@ class GroupCommit(Generic[G, I, R]):
             waited = False  # the items of a second batch waited behind the first
             while state.queue:
                 if self._pacer is not None:
-                    pause = self._pacer.wait(group)
+                    # Never past the point where its most impatient item must go to be
+                    # answered in time: pacing delays calls, it never fails one.
+                    soonest = min(w.deadline for w in state.queue)
+                    pause = self._pacer.wait(
+                        group, soonest - time.monotonic() - 2 * REQUEUE_MARGIN_SECONDS
+                    )
                     if pause > 0:  # items waiting meanwhile join this batch
                         await asyncio.sleep(pause)
-                        if not state.queue:  # all gone (deadline, cancelled)
+                        if not state.queue:  # all gone (cancelled)
                             break
                 batch = state.queue[: self._max_batch]
                 del state.queue[: len(batch)]

@@ -241,6 +241,27 @@ def test_a_pacer_never_holds_a_group_below_its_floor() -> None:
     assert pacer.rate("a") == pytest.approx(200, rel=0.01)  # the floor, not 40
 
 
+async def test_pacing_never_holds_an_item_past_the_time_it_must_go() -> None:
+    """a is far ahead of backlogged b (the pacer's clock stands still): unbounded, its next
+    batch would wait max_wait (0.5 s) and the item, due in 0.3 s, would be STORE_BUSY; it goes
+    in time instead."""
+    clock = ManualClock()
+    holds: list[float] = []
+    pacer: Pacer[str] = Pacer(floor=1, observe_hold=holds.append, clock=clock)
+    pacer.sent("b", 1, backlog=True)
+    pacer.sent("a", 100, backlog=False)
+    rec = Recorder()
+    rec.gate("a").set()
+    batcher: GroupCommit[str, int, str] = GroupCommit(rec.send, pacer=pacer)
+    token = deadline_var.set(time.monotonic() + 0.3)
+    try:
+        assert await batcher.submit("a", 1) == "a:1"
+    finally:
+        deadline_var.reset(token)
+    assert len(holds) == 1
+    assert 0 < holds[0] <= 0.2  # held, but only until it had to go
+
+
 async def _closed_loop(
     batcher: GroupCommit[str, int, str],
     group: str,
